@@ -1,0 +1,96 @@
+# monocu — one engine per model family, built per GPU arch, plus host tools and tests.
+#
+#   make                 build every engines/*.cu for ARCH and every tools/*.cpp
+#   make ARCH=sm_80      ... for another GPU (sm_80 sm_86 sm_89 sm_90 sm_90a and newer ones nvcc knows)
+#   make test            build and run the host tests, then the GPU tests (these skip without a GPU)
+#   make deps            install the Debian packages the build needs
+#   make fuzz            run the libFuzzer target for the safetensors header parser (clang, ASan+UBSan)
+#   make bench           benchmark the engines on random-weight checkpoints (needs a GPU and the oracle)
+#   make demo            build for the local GPU and complete a code prompt with the shipped model
+#   make clean           remove build/
+
+ARCH ?= sm_90
+CUDA ?= /usr/local/cuda
+NVCC := $(CUDA)/bin/nvcc
+BUILD := build
+
+# ---- arch check: sm_XY, or sm_XYa / sm_XYf for an XY that this nvcc knows ----
+KNOWN_SM := $(shell $(NVCC) --list-gpu-code 2>/dev/null)
+SM := $(patsubst sm_%,%,$(ARCH))
+SM_BASE := $(patsubst %a,%,$(patsubst %f,%,$(SM)))
+ifeq ($(filter sm_$(SM_BASE),$(KNOWN_SM)),)
+  ifneq ($(KNOWN_SM),)
+    $(error ARCH=$(ARCH) is not a GPU arch that $(NVCC) knows; known: $(KNOWN_SM) (and their 'a' variants))
+  endif
+endif
+# -gencode with the same name for arch and code: sm_90a needs compute_90a (wgmma, setmaxnreg).
+GENCODE := -gencode=arch=compute_$(SM),code=sm_$(SM)
+
+# ---- flags ----
+# Host code: warnings are errors. Device code: nvcc's own warnings stay visible.
+HOST_WARN := -Wall -Wextra -Werror
+CXXFLAGS ?= -O2 -g
+CXXFLAGS += -std=c++17 $(HOST_WARN) -Icommon -MMD -MP
+NVCCFLAGS ?= -O3 -lineinfo
+NVCCFLAGS += -std=c++17 $(GENCODE) -Icommon -MMD -MP -Xcompiler "$(HOST_WARN)" \
+             --expt-relaxed-constexpr -Wno-deprecated-gpu-targets
+CUDA_LIBS := -lcublas
+
+ENGINES := $(patsubst engines/%.cu,$(BUILD)/$(ARCH)/%,$(wildcard engines/*.cu))
+TOOLS := $(patsubst tools/%.cpp,$(BUILD)/tools/%,$(wildcard tools/*.cpp))
+HOST_TEST_OBJS := $(patsubst tests/%.cpp,$(BUILD)/tests/%.o,$(wildcard tests/*.cpp))
+GPU_TEST_OBJS := $(patsubst tests/%.cu,$(BUILD)/$(ARCH)/tests/%.o,$(wildcard tests/*.cu))
+HOST_TESTS := $(BUILD)/tests/host_tests
+GPU_TESTS := $(BUILD)/$(ARCH)/gpu_tests
+
+.PHONY: all test test-host test-gpu deps fuzz bench demo clean
+.DEFAULT_GOAL := all
+
+# Every engine and every tool.
+all: $(ENGINES) $(TOOLS) $(HOST_TESTS) $(GPU_TESTS)
+
+# One engine: one .cu file, header-only kit, cuBLAS.
+$(BUILD)/$(ARCH)/%: engines/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIBS)
+
+# One host tool: plain C++ (no GPU), so it runs anywhere.
+$(BUILD)/tools/%: tools/%.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -o $@ $<
+
+# Host tests: every tests/*.cpp linked into one doctest binary.
+$(BUILD)/tests/%.o: tests/%.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -c -o $@ $<
+$(HOST_TESTS): $(HOST_TEST_OBJS)
+	$(CXX) -o $@ $^
+
+# GPU tests: every tests/*.cu linked into one doctest binary (skips itself without a GPU).
+$(BUILD)/$(ARCH)/tests/%.o: tests/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+$(GPU_TESTS): $(GPU_TEST_OBJS)
+	$(NVCC) $(NVCCFLAGS) -o $@ $^ $(CUDA_LIBS)
+
+# Run the host tests, then the GPU tests (which say so and pass when no GPU is present).
+test: test-host test-gpu
+test-host: $(HOST_TESTS)
+	$(HOST_TESTS)
+test-gpu: $(GPU_TESTS) $(ENGINES)
+	$(GPU_TESTS)
+
+# Debian packages the build needs (root), or the exact command to run (non-root).
+DEB_PACKAGES := nlohmann-json3-dev doctest-dev libcpp-httplib-dev
+deps:
+	@if [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && apt-get install -y -qq $(DEB_PACKAGES); \
+	else \
+	  echo "run as root: sudo apt-get install -y $(DEB_PACKAGES)"; \
+	  dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1 || exit 1; \
+	fi
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(wildcard $(BUILD)/*/*.d $(BUILD)/*/*/*.d $(BUILD)/*.d)
