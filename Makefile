@@ -69,13 +69,13 @@ $(HOST_TESTS): $(HOST_TEST_OBJS)
 # GPU tests: every tests/*.cu linked into one doctest binary (skips itself without a GPU).
 $(BUILD)/$(ARCH)/tests/%.o: tests/%.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) -DMONOCU_BUILD_DIR='"$(BUILD)/$(ARCH)"' -c -o $@ $<
 $(GPU_TESTS): $(GPU_TEST_OBJS)
 	$(NVCC) $(NVCCFLAGS) -o $@ $^ $(CUDA_LIBS)
 
 # Run the host tests, then the GPU tests (which say so and pass when no GPU is present).
 test: test-host test-gpu
-test-host: $(HOST_TESTS)
+test-host: $(HOST_TESTS) $(TOOLS)
 	$(HOST_TESTS)
 test-gpu: $(GPU_TESTS) $(ENGINES)
 	$(GPU_TESTS)
@@ -89,6 +89,16 @@ deps:
 	  echo "run as root: sudo apt-get install -y $(DEB_PACKAGES)"; \
 	  dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1 || exit 1; \
 	fi
+
+# Fuzz the safetensors header parser (libFuzzer, ASan + UBSan) from the hostile test files as seeds.
+FUZZ_RUNS ?= 1000000
+FUZZ_FLAGS := -std=c++17 -g -O1 -Icommon -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+fuzz:
+	@mkdir -p $(BUILD)/fuzz/corpus
+	$(CXX) -std=c++17 -O1 -Icommon -o $(BUILD)/fuzz/make_seeds tests/fuzz/make_seeds.cpp
+	$(BUILD)/fuzz/make_seeds $(BUILD)/fuzz/corpus
+	clang++ $(FUZZ_FLAGS) -o $(BUILD)/fuzz/safetensors_header tests/fuzz/safetensors_header.cpp
+	$(BUILD)/fuzz/safetensors_header -runs=$(FUZZ_RUNS) -max_len=4096 -print_final_stats=1 $(BUILD)/fuzz/corpus
 
 clean:
 	rm -rf $(BUILD)

@@ -1,0 +1,94 @@
+#include <doctest/doctest.h>
+
+#include "cli.h"
+
+using namespace monocu;
+
+static Options parse(std::vector<std::string> args) {
+    args.insert(args.begin(), "engine");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(&a[0]);
+    return parse_cli(static_cast<int>(argv.size()), argv.data());
+}
+
+static std::string usage_error(std::vector<std::string> args) {
+    try {
+        parse(args);
+    } catch (const UsageError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST_CASE("llama.cpp flag names, short and long") {
+    Options o = parse({"-m", "dir", "-p", "hello", "-n", "32", "-c", "2048", "--temp", "0", "--top-k", "5", "--top-p",
+                       "0.9", "--min-p", "0.1", "--repeat-penalty", "1.1", "-s", "42", "--raw", "--dtype", "fp8",
+                       "--kv-type", "fp8", "--dump-dir", "out", "--trace", "t.csv", "-v"});
+    CHECK(o.model == "dir");
+    CHECK(o.prompt == "hello");
+    CHECK(o.n_predict == 32);
+    CHECK(o.ctx_size == 2048);
+    CHECK(o.temp == 0.0);
+    CHECK(o.temp_set);
+    CHECK(o.top_k == 5);
+    CHECK(o.top_p == doctest::Approx(0.9));
+    CHECK(o.min_p == doctest::Approx(0.1));
+    CHECK(o.repeat_penalty == doctest::Approx(1.1));
+    CHECK(o.seed == 42);
+    CHECK(o.seed_set);
+    CHECK(o.raw);
+    CHECK(o.dtype == "fp8");
+    CHECK(o.kv_type == "fp8");
+    CHECK(o.dump_dir == "out");
+    CHECK(o.trace_file == "t.csv");
+    CHECK(o.verbose);
+    Options l = parse({"--model", "d", "--file", "f.txt", "--n-predict", "-1", "--ctx-size", "8", "--seed", "0",
+                       "--bench", "--n-prompt", "64", "--no-cuda-graphs", "-q"});
+    CHECK(l.prompt_file == "f.txt");
+    CHECK(l.n_predict == -1);
+    CHECK(l.bench);
+    CHECK(l.n_prompt == 64);
+    CHECK_FALSE(l.cuda_graphs);
+    CHECK(l.quiet);
+    CHECK_FALSE(l.temp_set);
+    CHECK(parse({"-h"}).help);
+    CHECK(parse({"-m", "d", "--bench"}).n_prompt == 512);
+}
+
+TEST_CASE("bad flags and values are one-line usage errors naming the flag") {
+    CHECK(usage_error({"-m", "d", "-p", "x", "--frobnicate"}) == "unknown flag '--frobnicate'");
+    CHECK(usage_error({"-m", "d", "-p"}) == "-p needs a value");
+    CHECK(usage_error({"-m", "d", "-p", "x", "-n", "ten"}) == "-n: 'ten' is not an integer");
+    CHECK(usage_error({"-m", "d", "-p", "x", "-n", "-2"}) == "-n: -2 is out of range [-1, 2147483647]");
+    CHECK(usage_error({"-m", "d", "-p", "x", "-n", "99999999999999999999"}) == "-n: '99999999999999999999' is not an integer");
+    CHECK(usage_error({"-m", "d", "-p", "x", "-c", "0"}) == "-c: 0 is out of range [1, 2147483647]");
+    CHECK(usage_error({"-m", "d", "-p", "x", "--temp", "hot"}) == "--temp: 'hot' is not a number");
+    CHECK(usage_error({"-m", "d", "-p", "x", "--temp", "nan"}) == "--temp: 'nan' is not a number");
+    CHECK(usage_error({"-m", "d", "-p", "x", "--temp", "-1"}) == "--temp: -1 is out of range [0, 100]");
+    CHECK(usage_error({"-m", "d", "-p", "x", "--top-p", "1.5"}) == "--top-p: 1.5 is out of range [0, 1]");
+    CHECK(usage_error({"-m", "d", "-p", "x", "--top-k", "2.5"}) == "--top-k: '2.5' is not an integer");
+    CHECK(usage_error({"-m", "d", "-p", "x", "-s", "-1"}) == "-s: '-1' must be a non-negative integer");
+    CHECK(usage_error({"-m", "d", "-p", "x", "--dtype", "fp4"}) == "--dtype: 'fp4' is not one of bf16, fp8, int4");
+    CHECK(usage_error({"-m", "d", "-p", "x", "--kv-type", "int8"}) == "--kv-type: 'int8' is not one of bf16, fp8");
+    CHECK(usage_error({"-p", "x"}) == "-m MODEL_DIR is required");
+    CHECK(usage_error({"-m", "d"}) == "give a prompt with -p, -f or --ids (or --bench)");
+    CHECK(usage_error({"-m", "d", "-p", "x", "-f", "y"}) == "give only one of -p, -f and --ids");
+    CHECK(usage_error({"-m", "d", "-p", "x", "-q", "-v"}) == "-q and -v contradict each other");
+}
+
+#include "prompt.h"
+
+TEST_CASE("token-id prompts: three spellings, and every bad entry named") {
+    CHECK(parse_ids("1 2 3", "f", 10) == std::vector<int>{1, 2, 3});
+    CHECK(parse_ids("1,2,\n3\n", "f", 10) == std::vector<int>{1, 2, 3});
+    CHECK(parse_ids(" [4, 5, 6] \n", "f", 10) == std::vector<int>{4, 5, 6});
+    CHECK_THROWS_WITH_AS(parse_ids("1 x 3", "ids.txt", 10), "ids.txt: 'x' is not a token id", UserError);
+    CHECK_THROWS_WITH_AS(parse_ids("1 12 3", "ids.txt", 10), "ids.txt: token id 12 is outside the vocabulary [0, 10)", UserError);
+    CHECK_THROWS_WITH_AS(parse_ids("-1", "ids.txt", 10), "ids.txt: token id -1 is outside the vocabulary [0, 10)", UserError);
+    CHECK_THROWS_WITH_AS(parse_ids("99999999999999", "ids.txt", 10), "ids.txt: '99999999999999' is not a token id", UserError);
+    CHECK_THROWS_WITH_AS(parse_ids("[1, 2", "ids.txt", 10), "ids.txt: missing ']'", UserError);
+    CHECK_THROWS_WITH_AS(parse_ids("[1] 2", "ids.txt", 10), "ids.txt: text after ']'", UserError);
+    CHECK_THROWS_WITH_AS(parse_ids("1.5", "ids.txt", 10), "ids.txt: unexpected character '.' after token id 1", UserError);
+    CHECK_THROWS_WITH_AS(parse_ids("  \n", "ids.txt", 10), "ids.txt: no token ids", UserError);
+    CHECK_THROWS_WITH_AS(read_ids_file("/nonexistent/ids.txt", 10), "/nonexistent/ids.txt: cannot open", UserError);
+}

@@ -1,0 +1,160 @@
+#include <doctest/doctest.h>
+
+#include "config.h"
+#include "test_util.h"
+
+using namespace monocu;
+using namespace monocu_test;
+using nlohmann::json;
+
+// Qwen3's defaults, as transformers' Qwen3Config declares them.
+static const json kQwen3Defaults = json::parse(R"({
+  "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+  "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "hidden_act": "silu",
+  "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
+  "attention_bias": false, "use_sliding_window": false, "sliding_window": 4096, "max_window_layers": 28})");
+
+// Qwen3-4B's config.json as published (transformers 4.x era keys).
+static const char* kQwen3_4B = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+  "hidden_size": 2560, "initializer_range": 0.02, "intermediate_size": 9728,
+  "max_position_embeddings": 40960, "max_window_layers": 36, "model_type": "qwen3",
+  "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+  "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true,
+  "use_sliding_window": false, "vocab_size": 151936})";
+
+TEST_CASE("a published Qwen3 config.json (transformers 4.x keys)") {
+    ModelConfig c = parse_model_config("config.json", json::parse(kQwen3_4B), kQwen3Defaults);
+    CHECK(c.model_type == "qwen3");
+    CHECK(c.hidden_size == 2560);
+    CHECK(c.num_key_value_heads == 8);
+    CHECK(c.head_dim == 128);
+    CHECK(c.rope.theta == 1000000.0);
+    CHECK(c.rope.type == "default");
+    CHECK(c.tie_word_embeddings);
+    CHECK(c.dtype == "bfloat16");
+    CHECK(c.sliding_window == 0);
+    CHECK(c.layer_types.size() == 36);
+    CHECK(c.layer_types[35] == "full_attention");
+    CHECK(c.eos_token_ids == std::vector<int>{151645});
+    CHECK(c.bos_token_id == 151643);
+    CHECK(c.quant.method.empty());
+}
+
+TEST_CASE("transformers 5 keys: rope_parameters and dtype") {
+    json f = json::parse(kQwen3_4B);
+    f.erase("rope_theta");
+    f.erase("rope_scaling");
+    f.erase("torch_dtype");
+    f["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5000000.0}};
+    f["dtype"] = "float32";
+    f["eos_token_id"] = json::array({1, 2, 3});
+    ModelConfig c = parse_model_config("config.json", f, kQwen3Defaults);
+    CHECK(c.rope.theta == 5000000.0);
+    CHECK(c.dtype == "float32");
+    CHECK(c.eos_token_ids == std::vector<int>{1, 2, 3});
+}
+
+TEST_CASE("defaults fill what the file leaves out, like transformers") {
+    json f = {{"model_type", "qwen3"}, {"hidden_size", 256}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}};
+    ModelConfig c = parse_model_config("config.json", f, kQwen3Defaults);
+    CHECK(c.head_dim == 128);  // Qwen3Config's own default, not hidden / heads
+    CHECK(c.num_hidden_layers == 32);
+    CHECK(c.vocab_size == 151936);
+    CHECK(c.rope.theta == 10000.0);  // no rope_theta anywhere: transformers' default
+
+    // Without a family default, head_dim is hidden / heads and kv heads equal heads.
+    json bare = {{"model_type", "llama"}, {"vocab_size", 100}, {"hidden_size", 256}, {"intermediate_size", 512},
+                 {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"max_position_embeddings", 64},
+                 {"rms_norm_eps", 1e-5}, {"head_dim", nullptr}};
+    ModelConfig b = parse_model_config("config.json", bare, json::object());
+    CHECK(b.head_dim == 64);
+    CHECK(b.num_key_value_heads == 4);
+    CHECK_FALSE(b.tie_word_embeddings);
+}
+
+TEST_CASE("sliding window only with use_sliding_window, and layer_types follow max_window_layers") {
+    json f = json::parse(kQwen3_4B);
+    f["use_sliding_window"] = true;
+    f["sliding_window"] = 1024;
+    f["max_window_layers"] = 30;
+    ModelConfig c = parse_model_config("config.json", f, kQwen3Defaults);
+    CHECK(c.sliding_window == 1024);
+    CHECK(c.layer_types[29] == "full_attention");
+    CHECK(c.layer_types[30] == "sliding_attention");
+    f["layer_types"] = json::array({"full_attention"});
+    CHECK_THROWS_WITH_AS(parse_model_config("config.json", f, kQwen3Defaults),
+                         doctest::Contains("'layer_types' has 1 entries for 36 layers"), UserError);
+}
+
+TEST_CASE("quantization_config of Qwen's FP8 releases") {
+    json f = json::parse(kQwen3_4B);
+    f["quantization_config"] = {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
+                                {"weight_block_size", {128, 128}}};
+    ModelConfig c = parse_model_config("config.json", f, kQwen3Defaults);
+    CHECK(c.quant.method == "fp8");
+    CHECK(c.quant.fmt == "e4m3");
+    CHECK(c.quant.weight_block_size == std::vector<int>{128, 128});
+}
+
+TEST_CASE("missing, mistyped and impossible keys name the file and the key") {
+    auto err = [](json f) {
+        try {
+            parse_model_config("m/config.json", f, json::object());
+        } catch (const UserError& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    json f = json::parse(kQwen3_4B);
+    json g = f;
+    g.erase("hidden_size");
+    CHECK(err(g) == "m/config.json: missing required key 'hidden_size'");
+    g = f;
+    g["num_hidden_layers"] = "36";
+    CHECK(err(g) == "m/config.json: 'num_hidden_layers' must be an integer, found \"36\"");
+    g = f;
+    g["vocab_size"] = -5;
+    CHECK(err(g) == "m/config.json: 'vocab_size' must be positive, found -5");
+    g = f;
+    g["num_key_value_heads"] = 5;
+    CHECK(err(g) == "m/config.json: num_attention_heads 32 is not a multiple of num_key_value_heads 5");
+    g = f;
+    g["rms_norm_eps"] = "small";
+    CHECK(err(g) == "m/config.json: 'rms_norm_eps' must be a number, found \"small\"");
+    g = f;
+    g["tie_word_embeddings"] = 1;
+    CHECK(err(g) == "m/config.json: 'tie_word_embeddings' must be true or false, found 1");
+    g = f;
+    g["rope_theta"] = 0;
+    CHECK(err(g).find("rope_theta must be positive") != std::string::npos);
+    g = f;
+    g["hidden_size"] = 1e12;
+    CHECK(err(g).find("'hidden_size' must be an integer") != std::string::npos);
+    g = f;
+    g["num_hidden_layers"] = 5000000000LL;
+    CHECK(err(g) == "m/config.json: 'num_hidden_layers' = 5000000000 is out of range");
+    CHECK(err(json::array()) == "m/config.json: not a JSON object");
+}
+
+TEST_CASE("files on disk: malformed JSON, absent generation config, generation config values") {
+    TempDir dir;
+    write_file(dir / "config.json", "{\"model_type\": \"qwen3\",");
+    CHECK_THROWS_WITH_AS(load_model_config(dir.path), doctest::Contains("config.json: not valid JSON"), UserError);
+    CHECK_THROWS_WITH_AS(load_model_config(dir / "absent"), doctest::Contains("config.json: cannot open"), UserError);
+    CHECK_FALSE(load_generation_config(dir.path).present);
+    write_file(dir / "generation_config.json",
+               R"({"bos_token_id": 151643, "do_sample": true, "eos_token_id": [151645, 151643], "pad_token_id": 151643,
+                   "temperature": 0.6, "top_k": 20, "top_p": 0.95, "transformers_version": "4.51.0"})");
+    GenerationConfig g = load_generation_config(dir.path);
+    CHECK(g.present);
+    CHECK(g.do_sample);
+    CHECK(g.eos_token_ids == std::vector<int>{151645, 151643});
+    CHECK(g.top_k == 20);
+    CHECK(g.temperature == doctest::Approx(0.6));
+    write_file(dir / "generation_config.json", R"({"top_k": "twenty"})");
+    CHECK_THROWS_WITH_AS(load_generation_config(dir.path),
+                         doctest::Contains("generation_config.json: 'top_k' must be an integer"), UserError);
+}

@@ -1,0 +1,71 @@
+// test_util.h — small helpers shared by the host tests: a scratch folder, file writing, random data.
+#pragma once
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace monocu_test {
+
+// A fresh folder under /tmp, removed with everything in it when the object goes away.
+struct TempDir {
+    std::string path;
+    TempDir() {
+        char tmpl[] = "/tmp/monocu-test-XXXXXX";
+        char* p = mkdtemp(tmpl);
+        if (!p) throw std::runtime_error("mkdtemp failed");
+        path = p;
+    }
+    ~TempDir() {
+        std::string cmd = "rm -rf '" + path + "'";
+        if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", path.c_str());
+    }
+    std::string operator/(const std::string& name) const { return path + "/" + name; }
+};
+
+inline void write_file(const std::string& path, const std::string& bytes) {
+    std::ofstream f(path, std::ios::binary);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!f) throw std::runtime_error("cannot write " + path);
+}
+
+inline std::string read_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// A safetensors file: 8-byte little-endian length, the header text as given, then the data bytes.
+inline std::string safetensors_bytes(const std::string& header, const std::string& data) {
+    std::string out(8, '\0');
+    uint64_t n = header.size();
+    for (int i = 0; i < 8; i++) out[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+    return out + header + data;
+}
+
+inline std::string random_bytes(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::string s(n, '\0');
+    for (auto& c : s) c = static_cast<char>(rng() & 0xFF);
+    return s;
+}
+
+// Runs a shell command; returns its exit status and puts stdout+stderr into *output.
+inline int run_command(const std::string& cmd, std::string* output) {
+    FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+    if (!p) return -1;
+    char buf[4096];
+    output->clear();
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) output->append(buf, n);
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace monocu_test

@@ -1,0 +1,75 @@
+// inspect — validate a checkpoint and print what is in it: config summary, every tensor, totals.
+//
+//   build/tools/inspect MODEL_DIR      (single or sharded safetensors, plus config.json if present)
+//   build/tools/inspect FILE.safetensors
+//
+// A broken checkpoint gets the same one-line error the engines give, and exit code 1.
+#include <cstdio>
+#include <map>
+
+#include "config.h"
+#include "errors.h"
+#include "safetensors.h"
+
+using namespace monocu;
+
+static std::string human_bytes(double b) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024 && u < 4) b /= 1024, u++;
+    return u == 0 ? strf("%.0f %s", b, units[u]) : strf("%.2f %s", b, units[u]);
+}
+
+// Prints the config keys that decide size and shape, if the folder has a config.json.
+static void print_config_summary(const std::string& dir) {
+    std::string path = dir + "/config.json";
+    if (!path_exists(path)) return;
+    nlohmann::json j = read_json_file(path);
+    if (!j.is_object()) die("%s: not a JSON object", path.c_str());
+    std::printf("config: %s\n", path.c_str());
+    for (const char* k : {"model_type", "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+                          "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings",
+                          "tie_word_embeddings", "dtype", "torch_dtype"})
+        if (j.contains(k)) std::printf("  %-24s %s\n", k, j[k].dump().c_str());
+    if (j.contains("quantization_config")) std::printf("  %-24s %s\n", "quantization_config", j["quantization_config"].dump().c_str());
+    // KV-cache cost per token of context, in bf16: what decides whether a long context fits.
+    auto num = [&](const char* k) { return j.contains(k) && j[k].is_number_integer() ? j[k].get<long long>() : 0LL; };
+    long long layers = num("num_hidden_layers"), heads = num("num_attention_heads");
+    long long kv = num("num_key_value_heads") ? num("num_key_value_heads") : heads;
+    long long hd = num("head_dim") ? num("head_dim") : (heads ? num("hidden_size") / heads : 0);
+    if (layers && kv && hd)
+        std::printf("  %-24s %s per token (bf16 K and V)\n", "kv cache", human_bytes(2.0 * layers * kv * hd * 2).c_str());
+}
+
+static int inspect(const std::string& path) {
+    Checkpoint ck = Checkpoint::open(path);
+    std::printf("checkpoint: %s (%zu file%s)\n", path.c_str(), ck.files().size(), ck.files().size() == 1 ? "" : "s");
+    if (path_is_dir(path)) print_config_summary(path);
+    std::vector<const TensorView*> sorted;
+    for (const TensorView& t : ck.tensors()) sorted.push_back(&t);
+    std::sort(sorted.begin(), sorted.end(), [](const TensorView* a, const TensorView* b) { return a->name < b->name; });
+    std::map<std::string, uint64_t> bytes_by_dtype;
+    uint64_t params = 0;
+    std::printf("%-64s %-8s %-20s %s\n", "tensor", "dtype", "shape", "bytes");
+    for (const TensorView* t : sorted) {
+        std::printf("%-64s %-8s %-20s %zu\n", t->name.c_str(), dtype_name(t->dtype), shape_str(t->shape).c_str(), t->nbytes());
+        bytes_by_dtype[dtype_name(t->dtype)] += t->nbytes();
+        params += static_cast<uint64_t>(t->numel());
+    }
+    std::printf("%zu tensors, %llu elements, %s", sorted.size(), (unsigned long long)params, human_bytes(ck.total_bytes()).c_str());
+    for (const auto& kv : bytes_by_dtype) std::printf("; %s %s", kv.first.c_str(), human_bytes(kv.second).c_str());
+    std::printf("\n");
+    for (const auto& kv : ck.metadata()) std::printf("metadata: %s = %s\n", kv.first.c_str(), kv.second.c_str());
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    return run_main([&] {
+        if (argc == 2 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help")) {
+            std::printf("usage: inspect MODEL_DIR | FILE.safetensors\n");
+            return 0;
+        }
+        if (argc != 2) die_usage("usage: inspect MODEL_DIR | FILE.safetensors");
+        return inspect(argv[1]);
+    });
+}
