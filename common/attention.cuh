@@ -1,0 +1,193 @@
+// attention.cuh — causal prefill attention over the KV cache, on tensor cores (FlashAttention-2 style).
+//
+// Usage:
+//   prefill_attention(q, k_cache, v_cache, d_pos, out, T, n_heads, n_kv_heads, head_dim, ctx, stream);
+//     q      bf16 [T][n_heads][head_dim]   queries of tokens at positions *d_pos .. *d_pos + T - 1
+//     k/v    bf16 [n_kv][ctx][head_dim]    this layer's cache, already holding keys 0 .. *d_pos + T - 1
+//     out    bf16 [T][n_heads * head_dim]  softmax(q k^T / sqrt(d) + causal mask) v
+// head_dim 64 or 128; any GQA ratio (query head h reads KV head h / (n_heads / n_kv), like repeat_kv).
+//
+// The algorithm (Dao, "FlashAttention-2", 2023): a block of 4 warps owns 64 queries of one head, each
+// warp 16 rows. Keys and values stream through shared memory 64 at a time; S = Q K^T and O += P V run
+// on mma.sync m16n8k16 (bf16 in, fp32 accumulate); the softmax is online (running row max m, running
+// sum l, O rescaled by 2^(m_old - m_new) whenever the max grows), so S never leaves registers.
+// Fragment layouts (PTX ISA, "mma.m16n8k16"): with g = lane / 4, t = lane % 4,
+//   A (16x16, row-major): {A[g][2t..2t+1], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]}
+//   B (16x8, "col"):      {B[2t..2t+1][g], B[2t+8..2t+9][g]}
+//   C (16x8, fp32):       {C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]}
+// so S's accumulators, rounded to bf16, are directly the A operand of P V; K rows give B for Q K^T with
+// plain 32-bit loads, and V's B fragments come from ldmatrix.trans. Shared-memory rows are padded by 16
+// bytes so that the 8 rows a warp touches at once fall in different banks.
+#pragma once
+
+#include "gpu_memory.cuh"
+
+namespace monocu {
+
+constexpr int kAttnQ = 64, kAttnK = 64, kAttnWarps = 4;
+
+__device__ __forceinline__ void mma_bf16_16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* smem_row) {
+    uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kAttnWarps * 32)
+    prefill_attention_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
+                             const int* __restrict__ d_pos, int T, int nh, int nkv, int ctx, float scale_log2,
+                             bf16* __restrict__ out) {
+    constexpr int LD = HD + 8;  // padded row, in bf16
+    __shared__ __align__(16) bf16 Ks[kAttnK][LD];
+    __shared__ __align__(16) bf16 Vs[kAttnK][LD];
+
+    const int qb = blockIdx.x, h = blockIdx.y, kvh = h / (nh / nkv);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int pos0 = *d_pos;
+    const int row_lo = qb * kAttnQ + warp * 16 + g, row_hi = row_lo + 8;  // this thread's two query rows
+    const int n_keys = pos0 + min(T, (qb + 1) * kAttnQ);                  // causal limit for the block
+
+    // Q fragments for the warp's 16 rows (rows past T read row T-1; their output is not written).
+    uint32_t qa[HD / 16][4];
+    {
+        const bf16* q_lo = q + ((size_t)min(row_lo, T - 1) * nh + h) * HD;
+        const bf16* q_hi = q + ((size_t)min(row_hi, T - 1) * nh + h) * HD;
+#pragma unroll
+        for (int ks = 0; ks < HD / 16; ks++) {
+            qa[ks][0] = *reinterpret_cast<const uint32_t*>(q_lo + ks * 16 + 2 * t);
+            qa[ks][1] = *reinterpret_cast<const uint32_t*>(q_hi + ks * 16 + 2 * t);
+            qa[ks][2] = *reinterpret_cast<const uint32_t*>(q_lo + ks * 16 + 2 * t + 8);
+            qa[ks][3] = *reinterpret_cast<const uint32_t*>(q_hi + ks * 16 + 2 * t + 8);
+        }
+    }
+    float o[HD / 8][4];
+#pragma unroll
+    for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
+    const int qpos_lo = pos0 + row_lo, qpos_hi = pos0 + row_hi;
+    const bf16* kh = k_cache + (size_t)kvh * ctx * HD;
+    const bf16* vh = v_cache + (size_t)kvh * ctx * HD;
+
+    for (int kt = 0; kt < n_keys; kt += kAttnK) {
+        // Stage 64 keys and values (rows past n_keys are zero so that 0-probability times V stays 0).
+        __syncthreads();
+        for (int c = threadIdx.x; c < kAttnK * HD / 8; c += kAttnWarps * 32) {
+            int r = c / (HD / 8), col = (c % (HD / 8)) * 8, key = kt + r;
+            uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+            if (key < n_keys) {
+                kv = *reinterpret_cast<const uint4*>(kh + (size_t)key * HD + col);
+                vv = *reinterpret_cast<const uint4*>(vh + (size_t)key * HD + col);
+            }
+            *reinterpret_cast<uint4*>(&Ks[r][col]) = kv;
+            *reinterpret_cast<uint4*>(&Vs[r][col]) = vv;
+        }
+        __syncthreads();
+
+        // S = Q K^T for 16 rows x 64 keys (8 tiles of 8 keys).
+        float s[kAttnK / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < kAttnK / 8; nt++) {
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+            for (int ks = 0; ks < HD / 16; ks++) {
+                const bf16* krow = &Ks[nt * 8 + g][ks * 16 + 2 * t];
+                mma_bf16_16816(s[nt], qa[ks], *reinterpret_cast<const uint32_t*>(krow),
+                               *reinterpret_cast<const uint32_t*>(krow + 8));
+            }
+        }
+        // Scale to log2 units, mask the future, and find this tile's row maxima.
+        float mx_lo = m_lo, mx_hi = m_hi;
+#pragma unroll
+        for (int nt = 0; nt < kAttnK / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = kt + nt * 8 + 2 * t + (e & 1);
+                bool lo = e < 2;
+                float v = s[nt][e] * scale_log2;
+                if (key > (lo ? qpos_lo : qpos_hi)) v = -INFINITY;
+                s[nt][e] = v;
+                if (lo) mx_lo = fmaxf(mx_lo, v);
+                else mx_hi = fmaxf(mx_hi, v);
+            }
+        }
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+        // Key 0 is visible to every row, so after the first tile both maxima are finite.
+        float c_lo = exp2f(m_lo - mx_lo), c_hi = exp2f(m_hi - mx_hi);
+        m_lo = mx_lo, m_hi = mx_hi;
+        l_lo *= c_lo, l_hi *= c_hi;
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++) o[d][0] *= c_lo, o[d][1] *= c_lo, o[d][2] *= c_hi, o[d][3] *= c_hi;
+
+        // P = 2^(S - m), kept as the A operand of P V.
+        uint32_t pa[kAttnK / 16][4];
+#pragma unroll
+        for (int nt = 0; nt < kAttnK / 8; nt++) {
+            float p0 = exp2f(s[nt][0] - m_lo), p1 = exp2f(s[nt][1] - m_lo);
+            float p2 = exp2f(s[nt][2] - m_hi), p3 = exp2f(s[nt][3] - m_hi);
+            l_lo += p0 + p1;
+            l_hi += p2 + p3;
+            pa[nt / 2][(nt & 1) * 2 + 0] = pack_bf16x2(p0, p1);
+            pa[nt / 2][(nt & 1) * 2 + 1] = pack_bf16x2(p2, p3);
+        }
+        // O += P V: for each 16-key step, ldmatrix.trans gives V's B fragments two dim-tiles at a time.
+#pragma unroll
+        for (int kk = 0; kk < kAttnK / 16; kk++) {
+#pragma unroll
+            for (int dt = 0; dt < HD / 8; dt += 2) {
+                int mi = lane >> 3, r = lane & 7;
+                uint32_t b[4];
+                ldmatrix_x4_trans(b, &Vs[kk * 16 + (mi & 1) * 8 + r][(dt + (mi >> 1)) * 8]);
+                mma_bf16_16816(o[dt], pa[kk], b[0], b[1]);
+                mma_bf16_16816(o[dt + 1], pa[kk], b[2], b[3]);
+            }
+        }
+    }
+    // Row sums: the 4 threads of a group each hold part of the row.
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+    float inv_lo = 1.f / l_lo, inv_hi = 1.f / l_hi;
+#pragma unroll
+    for (int d = 0; d < HD / 8; d++) {
+        int col = h * HD + d * 8 + 2 * t;
+        if (row_lo < T)
+            *reinterpret_cast<uint32_t*>(out + (size_t)row_lo * nh * HD + col) = pack_bf16x2(o[d][0] * inv_lo, o[d][1] * inv_lo);
+        if (row_hi < T)
+            *reinterpret_cast<uint32_t*>(out + (size_t)row_hi * nh * HD + col) = pack_bf16x2(o[d][2] * inv_hi, o[d][3] * inv_hi);
+    }
+}
+
+inline void prefill_attention(const bf16* q, const bf16* k_cache, const bf16* v_cache, const int* d_pos, bf16* out, int T,
+                              int nh, int nkv, int hd, int ctx, cudaStream_t stream) {
+    if (T <= 0) return;
+    if (nh % nkv != 0) die("prefill_attention: %d heads are not a multiple of %d KV heads", nh, nkv);
+    dim3 grid(CEIL_DIV(T, kAttnQ), nh);
+    float scale_log2 = 1.4426950408889634f / sqrtf((float)hd);
+    if (hd == 64)
+        prefill_attention_kernel<64><<<grid, kAttnWarps * 32, 0, stream>>>(q, k_cache, v_cache, d_pos, T, nh, nkv, ctx, scale_log2, out);
+    else if (hd == 128)
+        prefill_attention_kernel<128><<<grid, kAttnWarps * 32, 0, stream>>>(q, k_cache, v_cache, d_pos, T, nh, nkv, ctx, scale_log2, out);
+    else
+        die("prefill_attention: head_dim %d is not supported (64, 128)", hd);
+    LAUNCH_CHECK();
+}
+
+}  // namespace monocu

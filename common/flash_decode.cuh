@@ -1,0 +1,239 @@
+// flash_decode.cuh — attention for one new token over the whole KV cache (Flash-Decoding).
+//
+// Usage:
+//   FlashDecode fd = flash_decode_plan(n_heads, n_kv_heads, head_dim, ctx, mem);   // once, at load
+//   flash_decode(fd, q, k_cache, v_cache, d_pos, out, stream);
+//     q       bf16 [n_heads][head_dim]     this token's queries (normed, rotated)
+//     k/v     bf16 [n_kv][ctx][head_dim]   this layer's cache; keys 0 .. *d_pos are valid
+//     out     bf16 [n_heads * head_dim]    softmax(q k^T / sqrt(d)) v, heads side by side
+//
+// Why split: one block per head would leave most of the GPU idle and make per-token cost grow with
+// context. Flash-Decoding (Dao et al., 2023) splits the key range across blocks: grid = (splits, kv
+// heads); each block streams its slice of K and V once for all G = n_heads / n_kv query heads of its
+// group (GQA: K/V read once, not G times), keeps an online softmax (running max m, sum l, unnormalised
+// output o) and writes (m, l, o). A second kernel merges the splits:
+//   M = max m_s,  L = sum l_s 2^(m_s - M),  out = sum o_s 2^(m_s - M) / L.
+// The split count is fixed at plan time (CUDA graphs replay a fixed grid); the slice length follows the
+// live length *d_pos + 1, so a short context uses few splits and idle blocks write l = 0.
+// Layout inside a block: head_dim / 8 lanes share a key, each loading 16 bytes (8 dims) of K and of V;
+// a warp covers 256 / head_dim keys per step, 4 warps per block, U steps unrolled so that 2U 16-byte
+// loads per lane are in flight. Scores are kept in log2 units (q pre-scaled by log2(e)/sqrt(d)), so the
+// softmax uses exp2.
+#pragma once
+
+#include <cfloat>
+
+#include "gpu_memory.cuh"
+
+namespace monocu {
+
+struct FlashDecode {
+    int n_heads = 0, n_kv = 0, head_dim = 0, ctx = 0, n_splits = 1;
+    float* part_o = nullptr;    // [n_heads][n_splits][head_dim]
+    float2* part_ml = nullptr;  // [n_heads][n_splits]: (max in log2 units, sum)
+};
+
+constexpr int kFdWarps = 4, kFdMinChunk = 64;
+
+__device__ __forceinline__ void bf16x8_to_float(uint4 v, float* f) {
+    const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 t = __bfloat1622float2(p[k]);
+        f[2 * k] = t.x;
+        f[2 * k + 1] = t.y;
+    }
+}
+
+// Merges softmax state (m2, l2, o2) into (m, l, o); m in log2 units, -inf for "no keys yet".
+template <int N>
+__device__ __forceinline__ void softmax_merge(float& m, float& l, float* o, float m2, float l2, const float* o2) {
+    float M = fmaxf(m, m2);
+    if (M == -INFINITY) return;
+    float c1 = exp2f(m - M), c2 = exp2f(m2 - M);
+    l = l * c1 + l2 * c2;
+#pragma unroll
+    for (int j = 0; j < N; j++) o[j] = o[j] * c1 + o2[j] * c2;
+    m = M;
+}
+
+template <int HD, int G>
+__global__ void __launch_bounds__(kFdWarps * 32)
+    flash_decode_split_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
+                              const int* __restrict__ d_pos, int ctx, int n_splits, float scale_log2,
+                              float* __restrict__ part_o, float2* __restrict__ part_ml) {
+    constexpr int LPK = HD / 8;                // lanes per key
+    constexpr int KPW = 32 / LPK;              // keys per warp step
+    constexpr int KPB = kFdWarps * KPW;        // keys per block step
+    constexpr int U = G >= 8 ? 2 : 4;          // steps unrolled
+    __shared__ float sm_ml[kFdWarps][G][2];
+    __shared__ float sm_o[kFdWarps][G][HD];
+
+    const int split = blockIdx.x, kvh = blockIdx.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = lane / LPK, dl = lane % LPK;
+    const int len = *d_pos + 1;
+    int chunk = max(kFdMinChunk, (len + n_splits - 1) / n_splits);
+    chunk = (chunk + KPB - 1) / KPB * KPB;
+    const int begin = split * chunk, end = min(len, begin + chunk);
+
+    float qf[G][8], m[G], l[G], acc[G][8];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        bf16x8_to_float(*reinterpret_cast<const uint4*>(q + (size_t)(kvh * G + g) * HD + dl * 8), qf[g]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) qf[g][j] *= scale_log2, acc[g][j] = 0.f;
+        m[g] = -INFINITY;
+        l[g] = 0.f;
+    }
+    const bf16* kb = k_cache + (size_t)kvh * ctx * HD + dl * 8;
+    const bf16* vb = v_cache + (size_t)kvh * ctx * HD + dl * 8;
+
+    // base is warp-uniform, so every lane runs the same iterations and the shuffles stay converged.
+    for (int base = begin + warp * KPW; base < end; base += KPB * U) {
+        uint4 kk[U], vv[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int key = base + u * KPB + slot;
+            if (key < end) {
+                kk[u] = __ldcs(reinterpret_cast<const uint4*>(kb + (size_t)key * HD));
+                vv[u] = __ldcs(reinterpret_cast<const uint4*>(vb + (size_t)key * HD));
+            }
+        }
+        float s[U][G];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float kf[8];
+            bf16x8_to_float(kk[u], kf);
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float d = 0.f;
+#pragma unroll
+                for (int j = 0; j < 8; j++) d = fmaf(qf[g][j], kf[j], d);
+#pragma unroll
+                for (int o = LPK / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+                s[u][g] = base + u * KPB + slot < end ? d : -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float mx = m[g];
+#pragma unroll
+            for (int u = 0; u < U; u++) mx = fmaxf(mx, s[u][g]);
+            if (mx == -INFINITY) continue;  // no valid key for this lane yet
+            float corr = exp2f(m[g] - mx);
+            l[g] *= corr;
+#pragma unroll
+            for (int j = 0; j < 8; j++) acc[g][j] *= corr;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float p = exp2f(s[u][g] - mx);  // 0 for invalid keys
+                if (p == 0.f) continue;
+                float vf[8];
+                bf16x8_to_float(vv[u], vf);
+                l[g] += p;
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[g][j] = fmaf(p, vf[j], acc[g][j]);
+            }
+            m[g] = mx;
+        }
+    }
+
+    // Merge the key slots of this warp (lanes LPK apart hold the same dims of different keys).
+#pragma unroll
+    for (int off = LPK; off < 32; off <<= 1) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float m2 = __shfl_xor_sync(0xffffffffu, m[g], off), l2 = __shfl_xor_sync(0xffffffffu, l[g], off), o2[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) o2[j] = __shfl_xor_sync(0xffffffffu, acc[g][j], off);
+            softmax_merge<8>(m[g], l[g], acc[g], m2, l2, o2);
+        }
+    }
+    // Merge the warps through shared memory; warp 0 writes this split's partial result.
+    if (slot == 0) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            if (dl == 0) sm_ml[warp][g][0] = m[g], sm_ml[warp][g][1] = l[g];
+#pragma unroll
+            for (int j = 0; j < 8; j++) sm_o[warp][g][dl * 8 + j] = acc[g][j];
+        }
+    }
+    __syncthreads();
+    if (warp != 0 || slot != 0) return;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        for (int w = 1; w < kFdWarps; w++) softmax_merge<8>(m[g], l[g], acc[g], sm_ml[w][g][0], sm_ml[w][g][1], &sm_o[w][g][dl * 8]);
+        int h = kvh * G + g;
+        float* dst = part_o + ((size_t)h * n_splits + split) * HD + dl * 8;
+#pragma unroll
+        for (int j = 0; j < 8; j++) dst[j] = acc[g][j];
+        if (dl == 0) part_ml[(size_t)h * n_splits + split] = make_float2(m[g], l[g]);
+    }
+}
+
+// One block per query head, one thread per output dim.
+static __global__ void flash_decode_combine_kernel(const float* __restrict__ part_o, const float2* __restrict__ part_ml,
+                                                   int n_splits, int hd, bf16* __restrict__ out) {
+    int h = blockIdx.x, d = threadIdx.x;
+    const float2* ml = part_ml + (size_t)h * n_splits;
+    float M = -INFINITY;
+    for (int s = 0; s < n_splits; s++) M = fmaxf(M, ml[s].x);
+    float L = 0.f, o = 0.f;
+    for (int s = 0; s < n_splits; s++) {
+        if (ml[s].y == 0.f) continue;  // an idle split
+        float c = exp2f(ml[s].x - M);
+        L += ml[s].y * c;
+        o += part_o[((size_t)h * n_splits + s) * hd + d] * c;
+    }
+    out[(size_t)h * hd + d] = __float2bfloat16_rn(o / L);
+}
+
+inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ctx, GpuMemory& mem) {
+    if (head_dim != 64 && head_dim != 128) die("flash_decode: head_dim %d is not supported (64, 128)", head_dim);
+    if (n_heads % n_kv != 0 || n_heads / n_kv > 8) die("flash_decode: %d heads over %d KV heads (group of 1..8 supported)", n_heads, n_kv);
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    FlashDecode fd;
+    fd.n_heads = n_heads, fd.n_kv = n_kv, fd.head_dim = head_dim, fd.ctx = ctx;
+    // About 4 blocks per SM at full context, never slices shorter than kFdMinChunk keys.
+    fd.n_splits = std::max(1, std::min(CEIL_DIV(4 * sms, n_kv), CEIL_DIV(ctx, kFdMinChunk)));
+    fd.part_o = mem.alloc<float>((size_t)n_heads * fd.n_splits * head_dim, "workspace");
+    fd.part_ml = mem.alloc<float2>((size_t)n_heads * fd.n_splits, "workspace");
+    return fd;
+}
+
+template <int HD, int G>
+inline void flash_decode_split_launch(const FlashDecode& fd, const bf16* q, const bf16* k, const bf16* v, const int* d_pos,
+                                      cudaStream_t stream) {
+    dim3 grid(fd.n_splits, fd.n_kv);
+    float scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
+    flash_decode_split_kernel<HD, G><<<grid, kFdWarps * 32, 0, stream>>>(q, k, v, d_pos, fd.ctx, fd.n_splits, scale_log2,
+                                                                         fd.part_o, fd.part_ml);
+    LAUNCH_CHECK();
+}
+
+template <int HD>
+inline void flash_decode_split_dispatch(const FlashDecode& fd, const bf16* q, const bf16* k, const bf16* v, const int* d_pos,
+                                        cudaStream_t s) {
+    switch (fd.n_heads / fd.n_kv) {
+        case 1: return flash_decode_split_launch<HD, 1>(fd, q, k, v, d_pos, s);
+        case 2: return flash_decode_split_launch<HD, 2>(fd, q, k, v, d_pos, s);
+        case 3: return flash_decode_split_launch<HD, 3>(fd, q, k, v, d_pos, s);
+        case 4: return flash_decode_split_launch<HD, 4>(fd, q, k, v, d_pos, s);
+        case 5: return flash_decode_split_launch<HD, 5>(fd, q, k, v, d_pos, s);
+        case 6: return flash_decode_split_launch<HD, 6>(fd, q, k, v, d_pos, s);
+        case 7: return flash_decode_split_launch<HD, 7>(fd, q, k, v, d_pos, s);
+        case 8: return flash_decode_split_launch<HD, 8>(fd, q, k, v, d_pos, s);
+    }
+}
+
+inline void flash_decode(const FlashDecode& fd, const bf16* q, const bf16* k_cache, const bf16* v_cache, const int* d_pos,
+                         bf16* out, cudaStream_t stream) {
+    if (fd.head_dim == 64) flash_decode_split_dispatch<64>(fd, q, k_cache, v_cache, d_pos, stream);
+    else flash_decode_split_dispatch<128>(fd, q, k_cache, v_cache, d_pos, stream);
+    flash_decode_combine_kernel<<<fd.n_heads, fd.head_dim, 0, stream>>>(fd.part_o, fd.part_ml, fd.n_splits, fd.head_dim, out);
+    LAUNCH_CHECK();
+}
+
+}  // namespace monocu

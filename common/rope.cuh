@@ -1,0 +1,127 @@
+// rope.cuh — rotary position embedding, fused with Qwen3's per-head q/k RMSNorm and the KV-cache write.
+//
+// Usage:
+//   RopeTable rope = make_rope_table(cfg.rope, head_dim, ctx, mem, stream);      // once, at load
+//   qk_norm_rope_cache(qkv, T, d_pos, q_norm_w, k_norm_w, rope, q, k_cache, v_cache,
+//                      n_heads, n_kv_heads, head_dim, ctx, eps, stream);
+//     qkv      float [T][(n_heads + 2 n_kv) * head_dim]  (q heads, then k heads, then v heads)
+//     d_pos    device int: position of the first of the T tokens
+//     q_norm_w, k_norm_w  bf16 [head_dim], or nullptr for families without q/k norm
+//     q        bf16 [T][n_heads][head_dim]                (normed, rotated)
+//     k_cache, v_cache    bf16 [n_kv][ctx][head_dim]      (this layer's slice; rows pos..pos+T-1 written)
+//
+// RoPE as transformers applies it (rotate_half, not interleaved pairs): for i < d/2, with angle
+// a = pos * inv_freq[i] and inv_freq[i] = theta^(-2i/d),
+//   out[i] = x[i] cos a - x[i + d/2] sin a,   out[i + d/2] = x[i + d/2] cos a + x[i] sin a.
+// The cos/sin table is computed on the host in the same float32 steps as transformers
+// (inv_freq in fp32, angle = fp32 product), so long positions round the way the reference does.
+#pragma once
+
+#include <cmath>
+
+#include "config.h"
+#include "gpu_memory.cuh"
+#include "reduce.cuh"
+
+namespace monocu {
+
+struct RopeTable {
+    const float2* cos_sin = nullptr;  // [max_pos][head_dim / 2] (cos, sin)
+    int max_pos = 0, half = 0;
+};
+
+// inv_freq[i] for i < head_dim / 2, with the checkpoint's rope scaling applied (float32, as transformers).
+inline std::vector<float> rope_inv_freq(const RopeConfig& r, int head_dim) {
+    int half = head_dim / 2;
+    std::vector<float> inv(half);
+    for (int i = 0; i < half; i++) {
+        float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+        inv[i] = 1.0f / std::pow(static_cast<float>(r.theta), exponent);
+    }
+    if (r.type == "default") return inv;
+    if (r.type == "linear") {
+        for (float& f : inv) f /= static_cast<float>(r.factor);
+        return inv;
+    }
+    if (r.type == "llama3") {
+        // Llama 3.1: keep high frequencies, divide low ones by factor, blend in between.
+        double old_ctx = r.original_max_position_embeddings;
+        double low_wavelen = old_ctx / r.low_freq_factor, high_wavelen = old_ctx / r.high_freq_factor;
+        for (float& f : inv) {
+            double wavelen = 2 * M_PI / f;
+            if (wavelen > low_wavelen) f = static_cast<float>(f / r.factor);
+            else if (wavelen >= high_wavelen) {
+                double smooth = (old_ctx / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+                f = static_cast<float>((1 - smooth) * f / r.factor + smooth * f);
+            }
+        }
+        return inv;
+    }
+    die("rope_type '%s' is not supported (default, linear, llama3 are)", r.type.c_str());
+}
+
+inline std::vector<float2> rope_cos_sin_host(const RopeConfig& r, int head_dim, int max_pos) {
+    std::vector<float> inv = rope_inv_freq(r, head_dim);
+    int half = head_dim / 2;
+    std::vector<float2> t(static_cast<size_t>(max_pos) * half);
+    for (int p = 0; p < max_pos; p++)
+        for (int i = 0; i < half; i++) {
+            float a = static_cast<float>(p) * inv[i];
+            t[static_cast<size_t>(p) * half + i] = make_float2(static_cast<float>(std::cos(static_cast<double>(a))),
+                                                               static_cast<float>(std::sin(static_cast<double>(a))));
+        }
+    return t;
+}
+
+inline RopeTable make_rope_table(const RopeConfig& r, int head_dim, int max_pos, GpuMemory& mem, cudaStream_t stream) {
+    if (head_dim % 2 != 0) die("head_dim %d must be even for RoPE", head_dim);
+    std::vector<float2> host = rope_cos_sin_host(r, head_dim, max_pos);
+    float2* dev = mem.alloc<float2>(host.size(), "rope table");
+    CUDA_CHECK(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(float2), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return RopeTable{dev, max_pos, head_dim / 2};
+}
+
+// One block per (head, token); thread i owns the rotation pair (i, i + d/2).
+// Blocks [0, nh) are q heads, [nh, nh + nkv) k heads, [nh + nkv, nh + 2 nkv) v heads (copied to the cache).
+static __global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, const int* __restrict__ d_pos,
+                                                 const bf16* __restrict__ q_norm_w, const bf16* __restrict__ k_norm_w,
+                                                 const float2* __restrict__ rope, bf16* __restrict__ q_out,
+                                                 bf16* __restrict__ k_cache, bf16* __restrict__ v_cache, int nh, int nkv,
+                                                 int hd, int ctx, float eps) {
+    int head = blockIdx.x, t = blockIdx.y, half = hd / 2, i = threadIdx.x;
+    int pos = *d_pos + t;
+    const float* row = qkv + (size_t)t * (nh + 2 * nkv) * hd + (size_t)head * hd;
+    float x1 = row[i], x2 = row[i + half];
+    if (head >= nh + nkv) {  // v: straight into the cache
+        bf16* dst = v_cache + ((size_t)(head - nh - nkv) * ctx + pos) * hd;
+        dst[i] = __float2bfloat16_rn(x1);
+        dst[i + half] = __float2bfloat16_rn(x2);
+        return;
+    }
+    const bf16* nw = head < nh ? q_norm_w : k_norm_w;
+    if (nw) {  // per-head RMSNorm over head_dim (Qwen3's q_norm / k_norm)
+        float inv = rsqrtf(block_sum(x1 * x1 + x2 * x2) / hd + eps);
+        x1 *= inv * __bfloat162float(nw[i]);
+        x2 *= inv * __bfloat162float(nw[i + half]);
+    }
+    float2 cs = rope[(size_t)pos * half + i];
+    float r1 = x1 * cs.x - x2 * cs.y, r2 = x2 * cs.x + x1 * cs.y;
+    bf16* dst = head < nh ? q_out + ((size_t)t * nh + head) * hd : k_cache + ((size_t)(head - nh) * ctx + pos) * hd;
+    dst[i] = __float2bfloat16_rn(r1);
+    dst[i + half] = __float2bfloat16_rn(r2);
+}
+
+inline void qk_norm_rope_cache(const float* qkv, int T, const int* d_pos, const bf16* q_norm_w, const bf16* k_norm_w,
+                               const RopeTable& rope, bf16* q_out, bf16* k_cache, bf16* v_cache, int nh, int nkv, int hd,
+                               int ctx, float eps, cudaStream_t stream) {
+    if (hd % 64 != 0 || hd / 2 > 1024) die("qk_norm_rope_cache: head_dim %d must be a multiple of 64", hd);
+    if (rope.half != hd / 2 || rope.max_pos < ctx) die("qk_norm_rope_cache: rope table does not match head_dim/context");
+    if (T <= 0) return;
+    dim3 grid(nh + 2 * nkv, T);
+    qk_norm_rope_cache_kernel<<<grid, hd / 2, 0, stream>>>(qkv, d_pos, q_norm_w, k_norm_w, rope.cos_sin, q_out, k_cache,
+                                                            v_cache, nh, nkv, hd, ctx, eps);
+    LAUNCH_CHECK();
+}
+
+}  // namespace monocu

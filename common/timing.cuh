@@ -1,0 +1,74 @@
+// timing.cuh — device timing and the memory-bandwidth ceiling every speed figure is compared with.
+//
+// Usage:
+//   GpuTimer t(stream); t.start(); ...; float ms = t.stop();     // CUDA events, synchronises on stop
+//   double gbs = measure_copy_bandwidth(stream);                 // device-to-device copy, GB/s (read + write)
+//   double now = wall_ms();                                      // host clock
+//
+// The roofline: decode at batch 1 must read every weight once per token, so tokens/s can be at most
+// (copy bandwidth) / (bytes read per token). The copy bandwidth is measured here, in the same process,
+// on 1 GiB buffers of non-zero data (median of 20 copies, counting bytes read plus bytes written).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "cuda_check.h"
+
+namespace monocu {
+
+inline double wall_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct GpuTimer {
+    cudaEvent_t a = nullptr, b = nullptr;
+    cudaStream_t stream;
+    explicit GpuTimer(cudaStream_t s) : stream(s) {
+        CUDA_CHECK(cudaEventCreate(&a));
+        CUDA_CHECK(cudaEventCreate(&b));
+    }
+    ~GpuTimer() {
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+    }
+    GpuTimer(const GpuTimer&) = delete;
+    GpuTimer& operator=(const GpuTimer&) = delete;
+    void start() { CUDA_CHECK(cudaEventRecord(a, stream)); }
+    float stop() {
+        CUDA_CHECK(cudaEventRecord(b, stream));
+        CUDA_CHECK(cudaEventSynchronize(b));
+        float ms = 0.f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+        return ms;
+    }
+};
+
+static __global__ void fill_pattern_kernel(uint32_t* p, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = (uint32_t)(i * 2654435761u) ^ 0x5bd1e995u;
+}
+
+// Device-to-device copy bandwidth in GB/s (1e9 bytes), counting each byte read and each byte written.
+inline double measure_copy_bandwidth(cudaStream_t stream, size_t bytes = (size_t)1 << 30) {
+    void *src = nullptr, *dst = nullptr;
+    CUDA_CHECK(cudaMalloc(&src, bytes));
+    CUDA_CHECK(cudaMalloc(&dst, bytes));
+    fill_pattern_kernel<<<1024, 256, 0, stream>>>(static_cast<uint32_t*>(src), bytes / 4);
+    LAUNCH_CHECK();
+    GpuTimer t(stream);
+    std::vector<float> ms;
+    for (int i = 0; i < 23; i++) {
+        t.start();
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+        float m = t.stop();
+        if (i >= 3) ms.push_back(m);  // the first copies warm up
+    }
+    CUDA_CHECK(cudaFree(src));
+    CUDA_CHECK(cudaFree(dst));
+    std::sort(ms.begin(), ms.end());
+    return 2.0 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9;
+}
+
+}  // namespace monocu

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# device_cycle.sh — a whole check-and-measure cycle on the GPU machine, in one command.
+#
+#   bash oracle/device_cycle.sh STAGE [STAGE ...]      results (small files) under $OUT
+#
+# Binaries are built on the CPU machine (make ARCH=sm_90) and travel in .carry/<arch>/; device time is
+# scarce, so each call runs many stages. Stages:
+#   info          GPU, driver, torch/transformers versions
+#   gputests      build/<arch>/gpu_tests (every kernel against its CPU reference, engine vs tiny models)
+#   tiny          make the tiny test models + float32 dumps (tests/data/models), then the engine test on them
+#   fid PRESET    random-weight model at a real shape: transformers fp32 + bf16 dumps of a 512-token prompt,
+#                 the engine's dump, oracle/compare.py (table + plot)
+#   bench PRESET  engine --bench at contexts 512 and 16k, and transformers eager beside it
+#   train_start / train_wait   oracle/train_tiny.py in the background (models/pycoder-13m) / wait for it
+#   goldens       dumps + transformers greedy 128 tokens for the shipped model's 3 golden prompts
+#   chat          oracle/chat_goldens.py (tokenizer chat templates rendered by transformers)
+#   pack          tar what should come back into $OUT (split into <= 15 MB parts)
+set -u
+OUT=${OUT:-/tmp/monocu-out}
+ARCH=${ARCH:-sm_90}
+B=build/$ARCH
+W=${WORK:-/tmp/monocu-work}
+mkdir -p "$OUT" "$W/results" "$B"
+export PYTHONUNBUFFERED=1
+[ -d .carry/$ARCH ] && cp -f .carry/$ARCH/* "$B"/
+if ! ldconfig -p | grep -q libcublas.so.13; then  # fall back on the cuBLAS that torch's wheels carry
+  lib=$(python3 -c "import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], 'lib'))" 2>/dev/null)
+  [ -n "$lib" ] && export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
+fi
+R=$W/results
+log() { echo "== $(date +%T) $*"; }
+
+stage_info() {
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
+  python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+}
+
+stage_gputests() { "$B"/gpu_tests 2>&1 | tee "$R"/gpu_tests.log | tail -40; }
+
+stage_tiny() {
+  python3 oracle/make_test_models.py tests/data/models > "$R"/tiny.log 2>&1 || { tail -20 "$R"/tiny.log; return; }
+  cat "$R"/tiny.log
+  "$B"/gpu_tests -tc="*tiny*" -s 2>&1 | tee -a "$R"/tiny.log | tail -25
+  tar czf "$R"/tiny_models.tgz tests/data/models
+}
+
+random_ids() {  # N VOCAB SEED -> stdout
+  python3 -c "import numpy as np; print(' '.join(map(str, np.random.default_rng($3).integers(0, $2, $1))))"
+}
+
+stage_fid() {
+  local p=$1 m=$W/$1
+  [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$p" --out "$m" --shard 2GB > /dev/null
+  random_ids 512 151936 7 > "$W/$p.ids"
+  python3 oracle/dump.py --model "$m" --ids "$W/$p.ids" --out "$W/$p.ref32" --dtype float32
+  python3 oracle/dump.py --model "$m" --ids "$W/$p.ids" --out "$W/$p.ref16" --dtype bfloat16
+  "$B"/qwen3 -m "$m" --ids "$W/$p.ids" --dump-dir "$W/$p.ours" -n 1 --temp 0 -q > /dev/null
+  python3 oracle/compare.py --ours "$W/$p.ours" --ref "$W/$p.ref32" --ref-bf16 "$W/$p.ref16" \
+    --plot "$R/fid_$p.png" --title "$p (random weights), engine vs transformers fp32" | tee "$R/fid_$p.txt"
+  rm -rf "$W/$p.ref32" "$W/$p.ref16" "$W/$p.ours"
+}
+
+stage_bench() {
+  local p=$1 m=$W/$1
+  [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$p" --out "$m" --shard 4GB > /dev/null
+  {
+    for c in 512 16384; do
+      echo "--- $p engine, prompt $c"
+      "$B"/qwen3 -m "$m" --bench --n-prompt $c -n 128 2>&1
+    done
+    echo "--- $p engine, prompt 512, no CUDA graphs"
+    "$B"/qwen3 -m "$m" --bench --n-prompt 512 -n 128 --no-cuda-graphs 2>&1 | grep decode
+    echo "--- $p transformers"
+    python3 oracle/bench_hf.py --model "$m" --n-prompt 512 -n 64 2>&1 | grep hf
+  } | tee -a "$R/bench_$p.txt"
+}
+
+stage_train_start() {
+  mkdir -p models
+  nohup python3 oracle/train_tiny.py --out models/pycoder-13m --log-dir "$R/train" --max-seconds 330 > "$R/train.log" 2>&1 &
+  echo $! > "$W/train.pid"
+}
+
+stage_train_wait() {
+  while kill -0 "$(cat "$W/train.pid")" 2>/dev/null; do sleep 5; done
+  tail -15 "$R/train.log"
+  ls -la models/pycoder-13m
+  tar cf "$W/pycoder.tar" models/pycoder-13m && split -b 15m "$W/pycoder.tar" "$OUT/pycoder.tar.part-"
+}
+
+GOLDEN_PROMPTS=("def fibonacci(n):
+" "import os
+import sys
+
+
+def main():
+" "class Stack:
+    def __init__(self):
+")
+
+stage_goldens() {
+  local m=models/pycoder-13m g=$W/goldens
+  mkdir -p "$g"
+  for i in 0 1 2; do
+    python3 oracle/dump.py --model $m --prompt "${GOLDEN_PROMPTS[$i]}" --out "$g/p$i" --dtype float32 --greedy 128 --stop-at-eos
+    python3 oracle/dump.py --model $m --prompt "${GOLDEN_PROMPTS[$i]}" --out "$g/p$i.bf16" --dtype bfloat16 --greedy 128 --stop-at-eos
+    "$B"/qwen3 -m $m --ids <(python3 -c "import numpy as np; print(' '.join(map(str, np.load('$g/p$i/prompt_ids.npy'))))") \
+      --dump-dir "$g/p$i.ours" -n 128 --temp 0 -q > "$g/p$i.ours.txt"
+    python3 oracle/compare.py --ours "$g/p$i.ours" --ref "$g/p$i" --ref-bf16 "$g/p$i.bf16" | tee "$R/golden_p$i.txt"
+  done
+  tar czf "$R/goldens.tgz" -C "$W" goldens
+}
+
+stage_chat() {
+  python3 oracle/chat_goldens.py tests/data/hf "$W/chat" > "$R/chat.log" 2>&1; tail -5 "$R/chat.log"
+  tar czf "$R/chat_goldens.tgz" -C "$W" chat
+}
+
+stage_pack() {
+  tar czf "$OUT/results.tgz" -C "$W" results
+  ls -la "$OUT"
+}
+
+while [ $# -gt 0 ]; do
+  s=$1; shift
+  case $s in
+    fid|bench) log "$s $1"; "stage_$s" "$1"; shift ;;
+    *) log "$s"; "stage_$s" ;;
+  esac
+done

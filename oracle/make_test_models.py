@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""Make the tiny committed test models and their transformers dumps (tests/data/models/<name>/).
+
+    python3 oracle/make_test_models.py tests/data/models
+
+Each model: a tiny-* preset of make_model.py with its own storage dtype (so the loader's BF16, F16 and F32
+paths all run), prompt_ids.txt (100 seeded random ids), and ref/ = dump.py in float32 with 32 greedy
+tokens. tests/test_gpu_engine.cu runs the engine on each and compares taps and greedy ids, no Python.
+"""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dump  # noqa: E402
+import make_model  # noqa: E402
+
+MODELS = {"tiny-mha": "bfloat16", "tiny-gqa4": "bfloat16", "tiny-gqa8": "float32", "tiny-gqa2": "float16"}
+PROMPT, GREEDY = 100, 32
+
+
+def main():
+    root = sys.argv[1]
+    for i, (name, dtype) in enumerate(MODELS.items()):
+        d = os.path.join(root, name)
+        make_model.make(name, d, seed=100 + i, dtype=dtype)
+        vocab = make_model.PRESETS[name]["vocab_size"]
+        ids = np.random.default_rng(200 + i).integers(0, vocab, PROMPT).tolist()
+        with open(os.path.join(d, "prompt_ids.txt"), "w") as f:
+            f.write(" ".join(map(str, ids)) + "\n")
+        model = dump.load(d, "float32")
+        dump.dump(model, ids, os.path.join(d, "ref"), GREEDY)
+        size = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(d) for f in fs)
+        print(f"{name}: {dtype}, {size / 1e6:.2f} MB with its dumps")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,410 @@
+// Every GPU kernel of the kit against a plain CPU reference (double precision) on fresh random data.
+// Outputs are poisoned with NaN bytes first, so an unwritten element fails the check.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "attention.cuh"
+#include "embed.cuh"
+#include "flash_decode.cuh"
+#include "gemm.cuh"
+#include "gemv.cuh"
+#include "gpu_util.cuh"
+#include "rmsnorm.cuh"
+#include "rope.cuh"
+#include "sampling.cuh"
+#include "swiglu.cuh"
+
+using namespace monocu;
+using namespace monocu_test;
+
+// ---- elementwise and norms ----
+
+TEST_CASE("embedding gathers rows and widens them to float") {
+    Rng r(1);
+    int vocab = 300, dim = 136, T = 9;
+    auto table = random_bf16_values((size_t)vocab * dim, r);
+    std::vector<int> ids(T);
+    for (int& i : ids) i = r.uniform_int(0, vocab - 1);
+    DeviceVec<bf16> d_table(to_bf16(table));
+    DeviceVec<int> d_ids(ids);
+    DeviceVec<float> d_x((size_t)T * dim);
+    embedding(d_table.p, d_ids.p, d_x.p, T, dim, vocab, 0);
+    std::vector<double> ref((size_t)T * dim);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < dim; i++) ref[(size_t)t * dim + i] = table[(size_t)ids[t] * dim + i];
+    auto e = compare(d_x.download(), ref);
+    CHECK(e.non_finite == 0);
+    CHECK(e.max_abs == 0.0);
+}
+
+static std::vector<double> rmsnorm_ref(const std::vector<float>& x, const std::vector<float>& w, int rows, int dim, double eps) {
+    std::vector<double> out(x.size());
+    for (int t = 0; t < rows; t++) {
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)x[(size_t)t * dim + i] * x[(size_t)t * dim + i];
+        double inv = 1.0 / std::sqrt(ss / dim + eps);
+        for (int i = 0; i < dim; i++) out[(size_t)t * dim + i] = x[(size_t)t * dim + i] * inv * w[i];
+    }
+    return out;
+}
+
+TEST_CASE("rmsnorm matches the reference on odd sizes") {
+    Rng r(2);
+    for (int dim : {8, 96, 1000, 2560}) {
+        CAPTURE(dim);
+        int T = 7;
+        auto x = random_floats((size_t)T * dim, r, 3.f);
+        auto w = random_bf16_values(dim, r);
+        DeviceVec<float> d_x(x);
+        DeviceVec<bf16> d_w(to_bf16(w)), d_out((size_t)T * dim);
+        rmsnorm(d_x.p, d_w.p, d_out.p, T, dim, 1e-6f, 0);
+        CHECK_CLOSE(compare(from_bf16(d_out.download()), rmsnorm_ref(x, w, T, dim, 1e-6)), 5e-3);
+    }
+}
+
+TEST_CASE("swiglu of interleaved gate/up pairs") {
+    Rng r(3);
+    int T = 5, ffn = 1000;
+    auto gu = random_floats((size_t)T * ffn * 2, r, 2.f);
+    DeviceVec<float> d_gu(gu);
+    DeviceVec<bf16> d_h((size_t)T * ffn);
+    swiglu_interleaved(d_gu.p, d_h.p, T, ffn, 0);
+    std::vector<double> ref((size_t)T * ffn);
+    for (size_t i = 0; i < ref.size(); i++) {
+        double g = gu[2 * i], u = gu[2 * i + 1];
+        ref[i] = g / (1 + std::exp(-g)) * u;
+    }
+    CHECK_CLOSE(compare(from_bf16(d_h.download()), ref), 5e-3);
+}
+
+// ---- rope ----
+
+TEST_CASE("rope table: fp32 angles as transformers computes them, cos/sin accurate") {
+    RopeConfig rc;
+    rc.theta = 1e6;
+    auto t = rope_cos_sin_host(rc, 128, 40960);
+    for (int pos : {0, 1, 1000, 40959})
+        for (int i : {0, 1, 31, 63}) {
+            double inv = 1.0 / std::pow(1e6, 2.0 * i / 128);
+            double a = pos * inv;
+            // fp32 inv_freq and product: allow their rounding (relative 1e-6 of the angle).
+            double tol = 4e-7 * std::fabs(a) + 1e-6;
+            CHECK(std::fabs(t[(size_t)pos * 64 + i].x - std::cos(a)) < tol);
+            CHECK(std::fabs(t[(size_t)pos * 64 + i].y - std::sin(a)) < tol);
+        }
+    rc.type = "yarn";
+    CHECK_THROWS_WITH_AS(rope_inv_freq(rc, 128), doctest::Contains("rope_type 'yarn' is not supported"), UserError);
+}
+
+TEST_CASE("qk_norm_rope_cache: per-head RMSNorm, rotate-half RoPE, cache rows at pos..pos+T-1") {
+    Rng r(4);
+    for (int hd : {64, 128}) {
+        CAPTURE(hd);
+        int T = 5, pos0 = 11, nh = 4, nkv = 2, ctx = 32, row = (nh + 2 * nkv) * hd;
+        float eps = 1e-6f;
+        RopeConfig rc;
+        rc.theta = 10000;
+        GpuMemory mem;
+        RopeTable rope = make_rope_table(rc, hd, ctx, mem, 0);
+        auto cs = rope_cos_sin_host(rc, hd, ctx);
+        auto qkv = random_floats((size_t)T * row, r, 2.f);
+        auto qn = random_bf16_values(hd, r), kn = random_bf16_values(hd, r);
+        DeviceVec<float> d_qkv(qkv);
+        DeviceVec<bf16> d_qn(to_bf16(qn)), d_kn(to_bf16(kn)), d_q((size_t)T * nh * hd);
+        DeviceVec<bf16> d_k((size_t)nkv * ctx * hd), d_v((size_t)nkv * ctx * hd);
+        DeviceVec<int> d_pos(std::vector<int>{pos0});
+        qk_norm_rope_cache(d_qkv.p, T, d_pos.p, d_qn.p, d_kn.p, rope, d_q.p, d_k.p, d_v.p, nh, nkv, hd, ctx, eps, 0);
+        auto q = from_bf16(d_q.download()), k = from_bf16(d_k.download()), v = from_bf16(d_v.download());
+        std::vector<double> ref_q, ref_k, ref_v;
+        std::vector<float> got_q, got_k, got_v;
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < nh + 2 * nkv; h++) {
+                const float* x = &qkv[(size_t)t * row + (size_t)h * hd];
+                if (h >= nh + nkv) {
+                    for (int i = 0; i < hd; i++) {
+                        ref_v.push_back(x[i]);
+                        got_v.push_back(v[((size_t)(h - nh - nkv) * ctx + pos0 + t) * hd + i]);
+                    }
+                    continue;
+                }
+                const auto& w = h < nh ? qn : kn;
+                double ss = 0;
+                for (int i = 0; i < hd; i++) ss += (double)x[i] * x[i];
+                double inv = 1 / std::sqrt(ss / hd + eps);
+                for (int i = 0; i < hd; i++) {
+                    int half = hd / 2, j = i < half ? i : i - half;
+                    double a = x[j] * inv * w[j], b = x[j + half] * inv * w[j + half];
+                    double c = cs[(size_t)(pos0 + t) * half + j].x, s = cs[(size_t)(pos0 + t) * half + j].y;
+                    double val = i < half ? a * c - b * s : b * c + a * s;
+                    if (h < nh) {
+                        ref_q.push_back(val);
+                        got_q.push_back(q[((size_t)t * nh + h) * hd + i]);
+                    } else {
+                        ref_k.push_back(val);
+                        got_k.push_back(k[((size_t)(h - nh) * ctx + pos0 + t) * hd + i]);
+                    }
+                }
+            }
+        CHECK_CLOSE(compare(got_q, ref_q), 5e-3);
+        CHECK_CLOSE(compare(got_k, ref_k), 5e-3);
+        CHECK_CLOSE(compare(got_v, ref_v), 5e-3);
+        // Rows outside pos0..pos0+T-1 keep their poison: nothing else was written.
+        size_t untouched = 0;
+        for (int h = 0; h < nkv; h++)
+            for (int p = 0; p < ctx; p++)
+                if (p < pos0 || p >= pos0 + T) untouched += std::isnan(k[((size_t)h * ctx + p) * hd]) ? 1 : 0;
+        CHECK(untouched == (size_t)nkv * (ctx - T));
+    }
+}
+
+// ---- matmuls ----
+
+static std::vector<double> matmul_ref(const std::vector<float>& W, const std::vector<float>& x, int T, int N, int K) {
+    std::vector<double> y((size_t)T * N);
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += (double)W[(size_t)n * K + k] * x[(size_t)t * K + k];
+            y[(size_t)t * N + n] = s;
+        }
+    return y;
+}
+
+TEST_CASE("gemv: plain, residual add, fused rmsnorm, fused rmsnorm + swiglu, on odd shapes") {
+    Rng r(5);
+    for (auto shape : std::vector<std::pair<int, int>>{{1, 8}, {3, 64}, {17, 1000}, {256, 2560}, {515, 136}, {4097, 4104}}) {
+        int N = shape.first, K = shape.second;
+        CAPTURE(N);
+        CAPTURE(K);
+        auto W = random_bf16_values((size_t)N * K, r);
+        auto xb = random_bf16_values(K, r);
+        DeviceVec<bf16> d_W(to_bf16(W)), d_xb(to_bf16(xb));
+        DeviceVec<float> d_y(N);
+        gemv(d_W.p, d_xb.p, d_y.p, N, K, 0);
+        auto ref = matmul_ref(W, xb, 1, N, K);
+        CHECK_CLOSE(compare(d_y.download(), ref), 1e-5);
+
+        auto y0 = random_floats(N, r);
+        d_y.upload(y0);
+        gemv_add(d_W.p, d_xb.p, d_y.p, N, K, 0);
+        std::vector<double> ref_add(N);
+        for (int n = 0; n < N; n++) ref_add[n] = ref[n] + y0[n];
+        CHECK_CLOSE(compare(d_y.download(), ref_add), 1e-5);
+
+        // Fused RMSNorm: the normalised input is rounded to bf16 (as the prefill path does).
+        auto xf = random_floats(K, r, 2.f);
+        auto nw = random_bf16_values(K, r);
+        auto normed = rmsnorm_ref(xf, nw, 1, K, 1e-6);
+        std::vector<float> normed_b(K);
+        for (int k = 0; k < K; k++) normed_b[k] = round_to_bf16((float)normed[k]);
+        DeviceVec<float> d_xf(xf);
+        DeviceVec<bf16> d_nw(to_bf16(nw));
+        d_y.poison();
+        gemv_rmsnorm(d_W.p, d_xf.p, d_nw.p, 1e-6f, d_y.p, N, K, 0);
+        CHECK_CLOSE(compare(d_y.download(), matmul_ref(W, normed_b, 1, N, K)), 2e-3);
+
+        if (N % 2 == 0) {
+            DeviceVec<bf16> d_h(N / 2);
+            gemv_rmsnorm_swiglu(d_W.p, d_xf.p, d_nw.p, 1e-6f, d_h.p, N, K, 0);
+            auto gu = matmul_ref(W, normed_b, 1, N, K);
+            std::vector<double> ref_h(N / 2);
+            for (int i = 0; i < N / 2; i++) ref_h[i] = gu[2 * i] / (1 + std::exp(-gu[2 * i])) * gu[2 * i + 1];
+            CHECK_CLOSE(compare(from_bf16(d_h.download()), ref_h), 1e-2);
+        }
+    }
+}
+
+TEST_CASE("gemm (cuBLAS, bf16 in, fp32 out): store and accumulate") {
+    Rng r(6);
+    int T = 37, N = 200, K = 96;
+    auto W = random_bf16_values((size_t)N * K, r), A = random_bf16_values((size_t)T * K, r);
+    DeviceVec<bf16> d_W(to_bf16(W)), d_A(to_bf16(A));
+    DeviceVec<float> d_C((size_t)T * N);
+    Gemm g;
+    gemm_bf16(g, d_A.p, d_W.p, d_C.p, T, N, K, false, 0);
+    auto ref = matmul_ref(W, A, T, N, K);
+    CHECK_CLOSE(compare(d_C.download(), ref), 1e-5);
+    auto C0 = random_floats((size_t)T * N, r);
+    d_C.upload(C0);
+    gemm_bf16(g, d_A.p, d_W.p, d_C.p, T, N, K, true, 0);
+    for (size_t i = 0; i < ref.size(); i++) ref[i] += C0[i];
+    CHECK_CLOSE(compare(d_C.download(), ref), 1e-5);
+}
+
+// ---- attention ----
+
+// softmax(q k^T / sqrt(d) + causal) v for query rows at positions pos0 + t, keys 0 .. pos0 + t.
+static std::vector<double> attention_ref(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                                         int T, int pos0, int nh, int nkv, int hd, int ctx) {
+    std::vector<double> out((size_t)T * nh * hd, 0.0);
+    int G = nh / nkv;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++) {
+            int kvh = h / G, n = pos0 + t + 1;
+            std::vector<double> s(n);
+            double mx = -1e300;
+            for (int j = 0; j < n; j++) {
+                double d = 0;
+                for (int i = 0; i < hd; i++) d += (double)q[((size_t)t * nh + h) * hd + i] * k[((size_t)kvh * ctx + j) * hd + i];
+                s[j] = d / std::sqrt((double)hd);
+                mx = std::max(mx, s[j]);
+            }
+            double z = 0;
+            for (int j = 0; j < n; j++) z += (s[j] = std::exp(s[j] - mx));
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < hd; i++) out[((size_t)t * nh + h) * hd + i] += s[j] / z * v[((size_t)kvh * ctx + j) * hd + i];
+        }
+    return out;
+}
+
+TEST_CASE("prefill attention (tensor cores): GQA 1/2/4/8, head_dim 64/128, with and without earlier context") {
+    Rng r(7);
+    for (int hd : {64, 128})
+        for (int G : {1, 2, 4, 8})
+            for (auto tp : std::vector<std::pair<int, int>>{{1, 0}, {17, 0}, {64, 0}, {100, 0}, {203, 37}, {5, 130}}) {
+                int T = tp.first, pos0 = tp.second, nkv = 2, nh = nkv * G, ctx = pos0 + T + 3;
+                CAPTURE(hd);
+                CAPTURE(G);
+                CAPTURE(T);
+                CAPTURE(pos0);
+                auto q = random_bf16_values((size_t)T * nh * hd, r, 1.5f);
+                auto k = random_bf16_values((size_t)nkv * ctx * hd, r, 1.5f);
+                auto v = random_bf16_values((size_t)nkv * ctx * hd, r);
+                DeviceVec<bf16> d_q(to_bf16(q)), d_k(to_bf16(k)), d_v(to_bf16(v)), d_out((size_t)T * nh * hd);
+                DeviceVec<int> d_pos(std::vector<int>{pos0});
+                prefill_attention(d_q.p, d_k.p, d_v.p, d_pos.p, d_out.p, T, nh, nkv, hd, ctx, 0);
+                CHECK_CLOSE(compare(from_bf16(d_out.download()), attention_ref(q, k, v, T, pos0, nh, nkv, hd, ctx)), 1e-2);
+            }
+}
+
+TEST_CASE("flash-decoding: contexts 1..16k, GQA 1/2/4/8, head_dim 64/128, several split counts") {
+    Rng r(8);
+    GpuMemory mem;
+    for (int hd : {64, 128})
+        for (int G : {1, 2, 4, 8})
+            for (int len : {1, 2, 63, 64, 65, 1000, 4096, 16384}) {
+                if (len == 16384 && G != 4 && G != 8) continue;  // the longest context on the common GQA ratios
+                int nkv = 2, nh = nkv * G, ctx = len + 5;
+                auto q = random_bf16_values((size_t)nh * hd, r, 1.5f);
+                auto k = random_bf16_values((size_t)nkv * ctx * hd, r, 1.5f);
+                auto v = random_bf16_values((size_t)nkv * ctx * hd, r);
+                DeviceVec<bf16> d_q(to_bf16(q)), d_k(to_bf16(k)), d_v(to_bf16(v)), d_out((size_t)nh * hd);
+                DeviceVec<int> d_pos(std::vector<int>{len - 1});
+                auto ref = attention_ref(q, k, v, 1, len - 1, nh, nkv, hd, ctx);
+                FlashDecode planned = flash_decode_plan(nh, nkv, hd, ctx, mem);
+                for (int splits : {1, 3, 16, planned.n_splits}) {
+                    CAPTURE(hd);
+                    CAPTURE(G);
+                    CAPTURE(len);
+                    CAPTURE(splits);
+                    FlashDecode fd = planned;
+                    fd.n_splits = splits;
+                    fd.part_o = mem.alloc<float>((size_t)nh * splits * hd, "test");
+                    fd.part_ml = mem.alloc<float2>((size_t)nh * splits, "test");
+                    d_out.poison();
+                    flash_decode(fd, d_q.p, d_k.p, d_v.p, d_pos.p, d_out.p, 0);
+                    CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), 1e-2);
+                }
+            }
+}
+
+// ---- sampling ----
+
+TEST_CASE("greedy: argmax with torch's tie rule, and the repetition penalty moves it") {
+    GpuMemory mem;
+    Rng r(9);
+    int vocab = 151936;
+    Sampler s = sampler_create(vocab, mem, 0);
+    auto logits = random_floats(vocab, r);
+    logits[777] = 50.f;
+    logits[100000] = 50.f;  // tie: the lower index wins
+    logits[5] = 49.f;
+    DeviceVec<float> d_l(logits);
+    SamplingParams greedy;
+    sample(s, greedy, d_l.p, 0);
+    CHECK(DeviceVec<int>::download_one(s.d_token) == 777);
+    // Penalise 777 and 100000 (seen): 50 / 1.1 = 45.5 < 49, so token 5 wins.
+    std::vector<int> seen = {777, 100000};
+    DeviceVec<int> d_seen(seen);
+    sampler_mark_seen(s, d_seen.p, 2, 0);
+    greedy.repetition_penalty = 1.1f;
+    sample(s, greedy, d_l.p, 0);
+    CHECK(DeviceVec<int>::download_one(s.d_token) == 5);
+}
+
+// The survivors and their probabilities, in descending order, as transformers' warpers define them.
+static std::vector<std::pair<int, double>> filtered_ref(const std::vector<float>& logits, const SamplingParams& p) {
+    int V = (int)logits.size();
+    std::vector<int> idx(V);
+    for (int i = 0; i < V; i++) idx[i] = i;
+    std::vector<double> s(V);
+    for (int i = 0; i < V; i++) s[i] = logits[i] / p.temperature;
+    std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return s[a] > s[b]; });
+    int K = p.top_k > 0 ? std::min(p.top_k, V) : V;
+    double Z = 0;
+    for (int i = 0; i < K; i++) Z += std::exp(s[idx[i]] - s[idx[0]]);
+    int n = 0;
+    double before = 0;
+    while (n < K) {
+        double pr = std::exp(s[idx[n]] - s[idx[0]]) / Z;
+        if (p.top_p < 1 && before >= p.top_p) break;
+        if (pr * Z < p.min_p) break;  // p_i / p_max < min_p
+        before += pr;
+        n++;
+    }
+    n = std::max(n, 1);
+    double S = 0;
+    for (int i = 0; i < n; i++) S += std::exp(s[idx[i]] - s[idx[0]]);
+    std::vector<std::pair<int, double>> out;
+    for (int i = 0; i < n; i++) out.push_back({idx[i], std::exp(s[idx[i]] - s[idx[0]]) / S});
+    return out;
+}
+
+TEST_CASE("sampling: top-k / top-p / min-p survivors and draw frequencies match the reference; seeds reproduce") {
+    GpuMemory mem;
+    Rng r(10);
+    int vocab = 1000;
+    Sampler s = sampler_create(vocab, mem, 0);
+    auto logits = random_floats(vocab, r, 2.f);
+    DeviceVec<float> d_l(logits);
+    std::vector<SamplingParams> cases(4);
+    cases[0].temperature = 0.7f, cases[0].top_k = 50, cases[0].top_p = 0.9f, cases[0].min_p = 0.05f;
+    cases[1].temperature = 1.5f, cases[1].top_k = 0, cases[1].top_p = 1.f, cases[1].min_p = 0.f;
+    cases[2].temperature = 1.f, cases[2].top_k = 5;
+    cases[3].temperature = 0.5f, cases[3].top_p = 0.5f;
+    for (size_t ci = 0; ci < cases.size(); ci++) {
+        CAPTURE(ci);
+        SamplingParams p = cases[ci];
+        p.seed = 42 + ci;
+        auto ref = filtered_ref(logits, p);
+        std::map<int, double> want;
+        for (auto& kv : ref) want[kv.first] = kv.second;
+        sampler_reset(s, 0);
+        const int draws = 20000;
+        std::map<int, int> got;
+        std::vector<int> first_run;
+        for (int i = 0; i < draws; i++) {
+            sample(s, p, d_l.p, 0);
+            int tok = DeviceVec<int>::download_one(s.d_token);
+            got[tok]++;
+            if (i < 50) first_run.push_back(tok);
+            if (i == 0) CHECK(DeviceVec<int>::download_one(s.d_kept) == (int)ref.size());
+        }
+        size_t outside = 0;
+        double worst = 0;
+        for (auto& kv : got) outside += want.count(kv.first) ? 0 : kv.second;
+        for (auto& kv : want) worst = std::max(worst, std::fabs(got[kv.first] / (double)draws - kv.second));
+        CHECK(outside == 0);
+        CHECK_MESSAGE(worst < 0.02, "largest frequency error ", worst);
+        // Same seed and step counter: the same tokens again.
+        sampler_reset(s, 0);
+        std::vector<int> again;
+        for (int i = 0; i < 50; i++) {
+            sample(s, p, d_l.p, 0);
+            again.push_back(DeviceVec<int>::download_one(s.d_token));
+        }
+        CHECK(again == first_run);
+    }
+}
