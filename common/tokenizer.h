@@ -890,8 +890,18 @@ struct Tokenizer {
     static Tokenizer from_json_text(const std::string& tokenizer_json, const std::string& config_json,
                                     const std::string& name = "tokenizer.json");
 
-    std::vector<int> encode(const std::string& text) const { return encode_impl(text, false); }
-    std::vector<int> encode_plain(const std::string& text) const { return encode_impl(text, true); }
+    std::vector<int> encode(const std::string& text) const { return encode_impl(text, false, nullptr); }
+    std::vector<int> encode_plain(const std::string& text) const { return encode_impl(text, true, nullptr); }
+    // encode(), except that no added token is recognised where it overlaps one of the byte ranges
+    // [first, second) (sorted, disjoint): there the text is plain. Text and model splitting run over
+    // the whole string, so the ids equal encode(text) whenever those ranges hold no added token.
+    // This is how a chat is encoded: template parts special-aware, message contents plain (chat.h).
+    // text must be valid UTF-8 (offsets must not move); die() otherwise.
+    using ByteRanges = std::vector<std::pair<size_t, size_t>>;
+    std::vector<int> encode_with_plain_ranges(const std::string& text, const ByteRanges& plain) const {
+        if (!utf8_is_valid(text)) die("encode_with_plain_ranges: text is not valid UTF-8 (repair it first)");
+        return encode_impl(text, false, &plain);
+    }
     std::string decode(const std::vector<int>& ids) const;
 
     int bos_id() const { return bos_id_; }
@@ -935,10 +945,11 @@ private:
 
     friend struct TokenizerLoader;
 
-    std::vector<int> encode_impl(const std::string& text, bool plain) const;
+    std::vector<int> encode_impl(const std::string& text, bool plain, const ByteRanges* plain_ranges) const;
     std::string normalize(const std::string& s) const;
     struct Segment { size_t start, end; int token; };  // token >= 0: an added token (index into added_)
-    void split_added(const std::string& s, const LiteralTrie& trie, std::vector<Segment>& out) const;
+    void split_added(const std::string& s, const LiteralTrie& trie, std::vector<Segment>& out,
+                     const ByteRanges* plain_ranges = nullptr, size_t base = 0) const;
     void pre_tokenize(std::string& buf, std::vector<std::pair<uint32_t, uint32_t>>& spans) const;
     void bpe(const char* word, size_t n, std::vector<int>& out) const;
     void bpe_initial_symbols(const char* word, size_t n, std::vector<int>& ids) const;
@@ -1039,7 +1050,7 @@ struct TokenizerJsonSax : nlohmann::json_sax<tok_json> {
         if (mode == MERGE_PAIR) bad("model.merges: a pair must hold two strings");
         if (mode == MERGES) { mode = MERGE_PAIR; pair_.clear(); return true; }
         if (pending == 2) { mode = MERGES; merges_seen = true; pending = 0; return true; }
-        if (pending == 1) bad("model.vocab must be an object of token -> id (a list means a Unigram model, which is not supported)");
+        pending = 0;  // a list as model.vocab (Unigram's form) goes to the DOM; read_model rejects it by type
         stack.push_back(put(tok_json::array()));
         return true;
     }
@@ -1184,12 +1195,12 @@ struct TokenizerLoader {
         if (!model.is_object()) die("%s: missing \"model\" object", file.c_str());
         std::string type = type_of(model);
         if (type.empty() && model.contains("type")) die("%s: model.type must be a string", file.c_str());
-        if (!type.empty() && type != "BPE") unsupported("model type", type + "' (only 'BPE");
+        if (!type.empty() && type != "BPE") die("%s: model type '%s' is not supported (only BPE)", file.c_str(), type.c_str());
         if (!sax.vocab_seen) die("%s: model.vocab is missing or not an object of token -> id", file.c_str());
         if (!sax.merges_seen) die("%s: model.merges is missing (BPE needs its merges)", file.c_str());
         auto dropout = model.find("dropout");
         if (dropout != model.end() && !dropout->is_null() && !(dropout->is_number() && dropout->get<double>() == 0.0))
-            unsupported("model.dropout", dropout->dump() + "' (BPE dropout makes encoding random");
+            die("%s: model.dropout %s is not supported (BPE dropout makes encoding random)", file.c_str(), dropout->dump().c_str());
         t.ignore_merges_ = get_bool(model, "ignore_merges", "model", false);
         t.byte_fallback_ = get_bool(model, "byte_fallback", "model", false);
         t.fuse_unk_ = get_bool(model, "fuse_unk", "model", false);
@@ -1483,13 +1494,20 @@ inline size_t utf8_start_before(const std::string& s, size_t pos) {
 }
 
 // HF's AddedVocabulary::find_matches: leftmost-longest tokens, then single_word / lstrip / rstrip.
-inline void Tokenizer::split_added(const std::string& s, const LiteralTrie& trie, std::vector<Segment>& out) const {
+inline bool tok_overlaps(const Tokenizer::ByteRanges* ranges, size_t a, size_t b) {
+    if (ranges) for (auto& r : *ranges) if (a < r.second && b > r.first) return true;
+    return false;
+}
+
+// plain_ranges (offset by base, s's position in them) mark where no token may match.
+inline void Tokenizer::split_added(const std::string& s, const LiteralTrie& trie, std::vector<Segment>& out,
+                                   const ByteRanges* plain_ranges, size_t base) const {
     out.clear();
     size_t start_offset = 0;
     for (size_t pos = 0; !trie.empty() && pos < s.size();) {
         size_t len = 0;
         int k = trie.first_byte[static_cast<unsigned char>(s[pos])] ? trie.longest_at(s, pos, len) : -1;
-        if (k < 0) { pos++; continue; }
+        if (k < 0 || tok_overlaps(plain_ranges, base + pos, base + pos + len)) { pos++; continue; }
         size_t start = pos, stop = pos + len;
         pos = stop;
         const AddedToken& a = added_[size_t(k)];
@@ -1689,20 +1707,37 @@ inline void Tokenizer::bpe(const char* w, size_t n, std::vector<int>& out) const
     for (int i = 0; i >= 0; i = sym[size_t(i)].next) out.push_back(sym[size_t(i)].id);
 }
 
-inline std::vector<int> Tokenizer::encode_impl(const std::string& text, bool plain) const {
+inline std::vector<int> Tokenizer::encode_impl(const std::string& text, bool plain, const ByteRanges* plain_ranges) const {
     std::string s = utf8_repair(text);
     std::vector<int> out;
     std::vector<Segment> raw, norm;
     if (plain) raw.assign(1, Segment{0, s.size(), -1});
-    else split_added(s, raw_trie_, raw);
+    else split_added(s, raw_trie_, raw, plain_ranges);
     std::unordered_map<std::string, std::vector<int>> cache;  // per call: repeated words cost one lookup
     std::string buf;
     std::vector<std::pair<uint32_t, uint32_t>> spans;
     for (const Segment& seg : raw) {
         if (seg.token >= 0) { out.push_back(added_[size_t(seg.token)].id); continue; }
-        std::string normalized = normalize(s.substr(seg.start, seg.end - seg.start));
+        std::string normalized;
+        ByteRanges norm_plain;  // plain ranges in normalized coordinates
+        bool cut = !plain && !normalized_trie_.empty() && tok_overlaps(plain_ranges, seg.start, seg.end);
+        if (!cut) {
+            normalized = normalize(s.substr(seg.start, seg.end - seg.start));
+        } else {  // normalize plain and non-plain stretches apart, to know where the plain text went
+            size_t pos = seg.start;
+            for (auto& r : *plain_ranges) {
+                size_t a = std::max(r.first, seg.start), b = std::min(r.second, seg.end);
+                if (a >= b) continue;
+                normalized += normalize(s.substr(pos, a - pos));
+                size_t na = normalized.size();
+                normalized += normalize(s.substr(a, b - a));
+                norm_plain.push_back({na, normalized.size()});
+                pos = b;
+            }
+            normalized += normalize(s.substr(pos, seg.end - pos));
+        }
         if (plain || normalized_trie_.empty()) norm.assign(1, Segment{0, normalized.size(), -1});
-        else split_added(normalized, normalized_trie_, norm);
+        else split_added(normalized, normalized_trie_, norm, cut ? &norm_plain : nullptr);
         for (const Segment& piece : norm) {
             if (piece.token >= 0) { out.push_back(added_[size_t(piece.token)].id); continue; }
             if (piece.end == piece.start) continue;
