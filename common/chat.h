@@ -22,8 +22,10 @@
 // would reject or that this file does not model (tools, other roles) is a die() naming the problem.
 //
 // Why contents are encoded plain: a client's message must not be able to open a new turn. Even
-// HF encodes "<|im_start|>" typed by a user as the control token; encode_chat does not. The
-// ids equal tok.encode(render_chat(...)) whenever no message contains an added token's text.
+// HF encodes "<|im_start|>" typed by a user as the control token; encode_chat does not, for special
+// and non-special added tokens alike (DeepSeek's <｜User｜> is not "special"). Whitespace-only added
+// tokens (Gemma's newline runs) stay tokens. The ids equal tok.encode(render_chat(...)) whenever no
+// message contains the text of another added token.
 #pragma once
 
 #include <ctime>

@@ -833,6 +833,7 @@ struct AddedToken {
     int id = -1;
     std::string content;
     bool special = false, lstrip = false, rstrip = false, single_word = false, normalized = false;
+    bool layout = false;  // only whitespace or U+2581 (Gemma's "\n\n", "\t\t"): still a token inside plain ranges
 };
 
 // Leftmost-longest matching of many literal strings (HF uses Aho-Corasick with that match kind).
@@ -893,8 +894,10 @@ struct Tokenizer {
     std::vector<int> encode(const std::string& text) const { return encode_impl(text, false, nullptr); }
     std::vector<int> encode_plain(const std::string& text) const { return encode_impl(text, true, nullptr); }
     // encode(), except that no added token is recognised where it overlaps one of the byte ranges
-    // [first, second) (sorted, disjoint): there the text is plain. Text and model splitting run over
-    // the whole string, so the ids equal encode(text) whenever those ranges hold no added token.
+    // [first, second) (sorted, disjoint): there the text is plain. Layout tokens (whitespace-only
+    // added tokens) are the exception: they carry no control meaning and HF's split depends on them.
+    // Text and model splitting run over the whole string, so the ids equal encode(text) whenever
+    // those ranges hold no non-layout added token.
     // This is how a chat is encoded: template parts special-aware, message contents plain (chat.h).
     // text must be valid UTF-8 (offsets must not move); die() otherwise.
     using ByteRanges = std::vector<std::pair<size_t, size_t>>;
@@ -1282,6 +1285,11 @@ struct TokenizerLoader {
             tok.rstrip = get_bool(a, "rstrip", "added_tokens entry", false);
             tok.single_word = get_bool(a, "single_word", "added_tokens entry", false);
             tok.normalized = get_bool(a, "normalized", "added_tokens entry", !tok.special);
+            tok.layout = true;
+            for (size_t i = 0; i < tok.content.size();) {
+                uint32_t cp = utf8_next(tok.content.data(), tok.content.size(), i);
+                tok.layout = tok.layout && (unicode_is_white_space(cp) || cp == 0x2581);
+            }
             int in_vocab = t.model_index_.find(t.id_to_text_, tok.content.data(), tok.content.size());
             if (in_vocab >= 0 && in_vocab != tok.id)
                 die("%s: added token '%s' has id %d but model.vocab gives it id %d", file.c_str(), tok.content.c_str(), tok.id, in_vocab);
@@ -1507,7 +1515,7 @@ inline void Tokenizer::split_added(const std::string& s, const LiteralTrie& trie
     for (size_t pos = 0; !trie.empty() && pos < s.size();) {
         size_t len = 0;
         int k = trie.first_byte[static_cast<unsigned char>(s[pos])] ? trie.longest_at(s, pos, len) : -1;
-        if (k < 0 || tok_overlaps(plain_ranges, base + pos, base + pos + len)) { pos++; continue; }
+        if (k < 0 || (!added_[size_t(k)].layout && tok_overlaps(plain_ranges, base + pos, base + pos + len))) { pos++; continue; }
         size_t start = pos, stop = pos + len;
         pos = stop;
         const AddedToken& a = added_[size_t(k)];
