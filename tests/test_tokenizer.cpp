@@ -336,9 +336,10 @@ TEST_CASE("BOS, add_bos and end-of-generation ids come from the tokenizer files"
         {"llama2", 1, true, {2}},
     };
     for (const Want& w : wants) {
-        if (!tok_test::have_hf(w.name)) { MESSAGE("skipped: " << w.name << " absent (run tests/fetch_tokenizers.sh)"); continue; }
+        if (!tok_test::have_hf(w.name)) { MESSAGE("skipped: " << std::string(w.name) << " absent (run tests/fetch_tokenizers.sh)"); continue; }
         Tokenizer t = Tokenizer::load(tok_test::hf_dir(w.name));
-        CAPTURE(w.name);
+        std::string name = w.name;
+        CAPTURE(name);
         CHECK(t.bos_id() == w.bos);
         CHECK(t.add_bos() == w.add_bos);
         CHECK(t.eos_ids() == w.eos);
@@ -349,7 +350,7 @@ TEST_CASE("random bytes through real tokenizers never crash and round-trip where
     const char* names[] = {"llama3_1", "gemma3"};
     std::mt19937 rng(99);
     for (const char* name : names) {
-        if (!tok_test::have_hf(name)) { MESSAGE("skipped: " << name << " absent (run tests/fetch_tokenizers.sh)"); continue; }
+        if (!tok_test::have_hf(name)) { MESSAGE("skipped: " << std::string(name) << " absent (run tests/fetch_tokenizers.sh)"); continue; }
         Tokenizer t = Tokenizer::load(tok_test::hf_dir(name));
         for (int iter = 0; iter < 300; iter++) {
             std::string s;
