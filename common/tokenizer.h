@@ -980,7 +980,10 @@ struct TokenizerJsonSax : nlohmann::json_sax<tok_json> {
     std::vector<std::string> pair_;
     bool vocab_seen = false, merges_seen = false;
 
-    explicit TokenizerJsonSax(const std::string& f) : file(f) {}
+    explicit TokenizerJsonSax(const std::string& f) : file(f) {
+        vocab.reserve(1 << 17);  // typical sizes: fewer regrowths of 100k+ strings
+        merges.reserve(1 << 18);
+    }
 
     [[noreturn]] void bad(const char* what) { die("%s: %s", file.c_str(), what); }
     tok_json* put(tok_json&& v) {
