@@ -251,25 +251,31 @@ inline bool nfc_quick_check(const NfcData& d, const std::string& s) {
     return true;
 }
 
+// Canonical decomposition (recursive, Hangul by formula), then canonical ordering: each run of
+// non-starters stably sorted by combining class.
+inline std::vector<uint32_t> nfd_code_points(const NfcData& d, const std::string& s) {
+    std::vector<uint32_t> cps;
+    for (size_t i = 0; i < s.size();) nfc_decompose(d, utf8_next(s.data(), s.size(), i), cps);
+    for (size_t i = 1; i < cps.size(); i++) {
+        uint8_t c = nfc_combining_class(d, cps[i]);
+        for (size_t j = i; c && j > 0 && nfc_combining_class(d, cps[j - 1]) > c; j--) std::swap(cps[j - 1], cps[j]);
+    }
+    return cps;
+}
+
+inline std::string unicode_nfd(const std::string& s) {
+    std::string out;
+    for (uint32_t cp : nfd_code_points(nfc_data(), s)) utf8_append(out, cp);
+    return out;
+}
+
 inline std::string unicode_nfc(const std::string& s) {
     const NfcData& d = nfc_data();
     if (nfc_quick_check(d, s)) return s;
-    std::vector<uint32_t> cps;
-    for (size_t i = 0; i < s.size();) nfc_decompose(d, utf8_next(s.data(), s.size(), i), cps);
-    // canonical ordering: stable sort of each run of non-starters by combining class
-    for (size_t i = 1; i < cps.size(); i++) {
-        uint8_t c = nfc_combining_class(d, cps[i]);
-        if (!c) continue;
-        for (size_t j = i; j > 0; j--) {
-            uint8_t p = nfc_combining_class(d, cps[j - 1]);
-            if (p <= c || p == 0) break;
-            std::swap(cps[j - 1], cps[j]);
-        }
-    }
-    // canonical composition: each character joins the last starter unless a mark in between blocks it
-    std::string out;
-    if (cps.empty()) return out;
-    // (last_class == 0 means the previous character is the starter itself: adjacent, never blocked)
+    std::vector<uint32_t> cps = nfd_code_points(d, s);
+    if (cps.empty()) return std::string();
+    // Canonical composition: each character joins the last starter unless a character in between
+    // blocks it. last_class == 0 means the previous character is that starter: adjacent, never blocked.
     std::vector<uint32_t> res{cps[0]};
     size_t starter = 0;
     int last_class = nfc_combining_class(d, cps[0]) ? 256 : 0;
@@ -285,25 +291,8 @@ inline std::string unicode_nfc(const std::string& s) {
         last_class = cls;
         res.push_back(ch);
     }
-    for (uint32_t cp : res) utf8_append(out, cp);
-    return out;
-}
-
-inline std::string unicode_nfd(const std::string& s) {
-    const NfcData& d = nfc_data();
-    std::vector<uint32_t> cps;
-    for (size_t i = 0; i < s.size();) nfc_decompose(d, utf8_next(s.data(), s.size(), i), cps);
-    for (size_t i = 1; i < cps.size(); i++) {
-        uint8_t c = nfc_combining_class(d, cps[i]);
-        if (!c) continue;
-        for (size_t j = i; j > 0; j--) {
-            uint8_t p = nfc_combining_class(d, cps[j - 1]);
-            if (p <= c || p == 0) break;
-            std::swap(cps[j - 1], cps[j]);
-        }
-    }
     std::string out;
-    for (uint32_t cp : cps) utf8_append(out, cp);
+    for (uint32_t cp : res) utf8_append(out, cp);
     return out;
 }
 
