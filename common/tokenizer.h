@@ -1105,17 +1105,22 @@ struct TokenizerLoader {
         else die("%s: %s: pattern must be {\"String\": ...} or {\"Regex\": ...}", file.c_str(), where);
     }
 
+    // A "Sequence" step: each member read by `read`. False for any other type.
+    template <class F>
+    bool read_sequence(const tok_json& j, const char* list, const char* what, F read) {
+        if (type_of(j) != "Sequence") return false;
+        auto it = j.find(list);
+        if (it == j.end() || !it->is_array()) die("%s: %s Sequence: missing \"%s\" array", file.c_str(), what, list);
+        for (auto& x : *it) read(x);
+        return true;
+    }
+
     void read_normalizer(const tok_json& j) {
-        if (j.is_null()) return;
+        if (j.is_null() || read_sequence(j, "normalizers", "normalizer", [&](const tok_json& x) { read_normalizer(x); })) return;
         std::string type = type_of(j);
         TokStep s;
         s.type = type;
-        if (type == "Sequence") {
-            auto it = j.find("normalizers");
-            if (it == j.end() || !it->is_array()) die("%s: normalizer Sequence: missing \"normalizers\" array", file.c_str());
-            for (auto& n : *it) read_normalizer(n);
-            return;
-        } else if (type == "NFC" || type == "NFD") {
+        if (type == "NFC" || type == "NFD") {
         } else if (type == "Replace") {
             read_pattern(j, s, "normalizer Replace");
             s.content = get_string(j, "content", "normalizer Replace");
@@ -1128,16 +1133,11 @@ struct TokenizerLoader {
     }
 
     void read_pre_tokenizer(const tok_json& j) {
-        if (j.is_null()) return;
+        if (j.is_null() || read_sequence(j, "pretokenizers", "pre_tokenizer", [&](const tok_json& x) { read_pre_tokenizer(x); })) return;
         std::string type = type_of(j);
         TokStep s;
         s.type = type;
-        if (type == "Sequence") {
-            auto it = j.find("pretokenizers");
-            if (it == j.end() || !it->is_array()) die("%s: pre_tokenizer Sequence: missing \"pretokenizers\" array", file.c_str());
-            for (auto& p : *it) read_pre_tokenizer(p);
-            return;
-        } else if (type == "Split") {
+        if (type == "Split") {
             read_pattern(j, s, "pre_tokenizer Split");
             s.behavior = get_string(j, "behavior", "pre_tokenizer Split");
             static const char* behaviors[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"};
@@ -1157,15 +1157,11 @@ struct TokenizerLoader {
     void read_decoder(const tok_json& j) {
         if (j.is_null()) return;
         t.has_decoder_ = true;
+        if (read_sequence(j, "decoders", "decoder", [&](const tok_json& x) { read_decoder(x); })) return;
         std::string type = type_of(j);
         TokStep s;
         s.type = type;
-        if (type == "Sequence") {
-            auto it = j.find("decoders");
-            if (it == j.end() || !it->is_array()) die("%s: decoder Sequence: missing \"decoders\" array", file.c_str());
-            for (auto& d : *it) read_decoder(d);
-            return;
-        } else if (type == "ByteLevel" || type == "ByteFallback" || type == "Fuse") {
+        if (type == "ByteLevel" || type == "ByteFallback" || type == "Fuse") {
         } else if (type == "Replace") {
             read_pattern(j, s, "decoder Replace");
             if (s.regex) unsupported("decoder Replace with a", "Regex pattern");
