@@ -13,7 +13,8 @@
 // for the template that ships with the checkpoint (tests/test_chat.cpp compares against goldens
 // rendered by transformers). The family is recognised from the tokenizer's special tokens:
 //   <|im_start|> + a template mentioning </think>  Qwen3 (ChatML with the thinking switch)
-//   <|start_header_id|>                            Llama 3 (the 3.0 template, no date header)
+//   <|start_header_id|>                            Llama 3.0; with "Cutting Knowledge Date" in the template
+//                                                  Llama 3.1 (fixed date) or, if it calls strftime_now, 3.2
 //   <start_of_turn>                                Gemma 3
 //   <｜User｜>                                      DeepSeek-V3
 //   <|channel|>                                    GPT-OSS (harmony)
@@ -28,6 +29,7 @@
 // message contains the text of another added token.
 #pragma once
 
+#include <cstdio>
 #include <ctime>
 #include <string>
 #include <vector>
@@ -43,21 +45,32 @@ struct ChatMessage {
 
 struct ChatOptions {
     bool enable_thinking = true;              // Qwen3: false appends an empty <think></think>
-    std::string date;                         // GPT-OSS "Current date: YYYY-MM-DD"; empty: today (local time)
+    std::string date;                         // YYYY-MM-DD for templates that print today's date
+                                              // (GPT-OSS, Llama 3.2); empty: today, local time
     std::string reasoning_effort = "medium";  // GPT-OSS
+    std::string family;                       // a chat_family_name() to skip detection; empty: detect
 };
 
-enum class ChatFamily { Qwen3, Llama3, Gemma3, DeepSeekV3, GptOss };
+enum class ChatFamily { Qwen3, Llama3, Llama31, Llama32, Gemma3, DeepSeekV3, GptOss };
+static const ChatFamily CHAT_FAMILIES[] = {ChatFamily::Qwen3, ChatFamily::Llama3, ChatFamily::Llama31, ChatFamily::Llama32,
+                                           ChatFamily::Gemma3, ChatFamily::DeepSeekV3, ChatFamily::GptOss};
 
 inline const char* chat_family_name(ChatFamily f) {
     switch (f) {
         case ChatFamily::Qwen3: return "qwen3";
         case ChatFamily::Llama3: return "llama3";
+        case ChatFamily::Llama31: return "llama3.1";
+        case ChatFamily::Llama32: return "llama3.2";
         case ChatFamily::Gemma3: return "gemma3";
         case ChatFamily::DeepSeekV3: return "deepseek_v3";
         case ChatFamily::GptOss: return "gpt-oss";
     }
     return "?";
+}
+
+inline ChatFamily chat_family_named(const std::string& name) {
+    for (ChatFamily f : CHAT_FAMILIES) if (name == chat_family_name(f)) return f;
+    die("chat: unknown chat family '%s' (qwen3, llama3, llama3.1, llama3.2, gemma3, deepseek_v3, gpt-oss)", name.c_str());
 }
 
 inline ChatFamily chat_family(const Tokenizer& tok) {
@@ -68,9 +81,9 @@ inline ChatFamily chat_family(const Tokenizer& tok) {
             "no renderer for it");
     }
     if (has("<|start_header_id|>")) {
-        if (tok.chat_template().find("Cutting Knowledge Date") != std::string::npos)
-            die("chat: Llama 3.1+ templates (with the date header) are not modelled yet; only Llama 3.0's");
-        return ChatFamily::Llama3;
+        const std::string& tpl = tok.chat_template();
+        if (tpl.find("Cutting Knowledge Date") == std::string::npos) return ChatFamily::Llama3;
+        return tpl.find("strftime_now") != std::string::npos ? ChatFamily::Llama32 : ChatFamily::Llama31;
     }
     if (has("<start_of_turn>")) return ChatFamily::Gemma3;
     if (has("<\xEF\xBD\x9C" "User\xEF\xBD\x9C>")) return ChatFamily::DeepSeekV3;
@@ -168,11 +181,29 @@ inline void chat_render_qwen3(ChatBuilder& b, const std::vector<ChatMessage>& m,
     if (!o.enable_thinking) b.t("<think>\n\n</think>\n\n");
 }
 
+inline void chat_llama_turn(ChatBuilder& b, const std::string& role, const std::string& content) {
+    b.t("<|start_header_id|>" + role + "<|end_header_id|>\n\n").c(chat_trim(content)).t("<|eot_id|>");
+}
+
 // Llama 3.0: BOS, then header + trimmed content + <|eot_id|> per message.
 inline void chat_render_llama3(ChatBuilder& b, const std::vector<ChatMessage>& m, const Tokenizer& tok) {
     chat_check_roles(m, {"system", "user", "assistant"}, ChatFamily::Llama3);
     b.t(tok.token_text(tok.bos_id()));
-    for (const ChatMessage& msg : m) b.t("<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n").c(chat_trim(msg.content)).t("<|eot_id|>");
+    for (const ChatMessage& msg : m) chat_llama_turn(b, msg.role, msg.content);
+    b.t("<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+// Llama 3.1 / 3.2: a system turn always, opening with the knowledge cutoff and a date ("26 Jul 2024"
+// fixed in 3.1, today's in 3.2), then the caller's trimmed system prompt; other turns as in 3.0.
+inline void chat_render_llama31(ChatBuilder& b, const std::vector<ChatMessage>& m, const Tokenizer& tok,
+                                const std::string& date_string, ChatFamily f) {
+    chat_check_roles(m, {"system", "user", "assistant"}, f);
+    b.t(tok.token_text(tok.bos_id()));
+    b.t("<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: " + date_string + "\n\n");
+    size_t first = m[0].role == "system" ? 1 : 0;
+    if (first) b.c(chat_trim(m[0].content));
+    b.t("<|eot_id|>");
+    for (size_t i = first; i < m.size(); i++) chat_llama_turn(b, m[i].role, m[i].content);
     b.t("<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
@@ -212,12 +243,24 @@ inline void chat_render_deepseek_v3(ChatBuilder& b, const std::vector<ChatMessag
     b.t(assistant);
 }
 
-inline std::string chat_today() {
-    std::time_t now = std::time(nullptr);
+// The options' date (YYYY-MM-DD; empty: today, local time) in a strftime format, like the
+// templates' strftime_now(format).
+inline std::string chat_date(const ChatOptions& o, const char* format) {
     std::tm tm{};
-    localtime_r(&now, &tm);
-    char buf[16];
-    std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+    if (o.date.empty()) {
+        std::time_t now = std::time(nullptr);
+        localtime_r(&now, &tm);
+    } else {
+        int y, mo, d;
+        char tail;
+        if (std::sscanf(o.date.c_str(), "%4d-%2d-%2d%c", &y, &mo, &d, &tail) != 3 || mo < 1 || mo > 12 || d < 1 || d > 31)
+            die("chat: date '%s' is not YYYY-MM-DD", o.date.c_str());
+        tm.tm_year = y - 1900;
+        tm.tm_mon = mo - 1;
+        tm.tm_mday = d;
+    }
+    char buf[64];
+    std::strftime(buf, sizeof buf, format, &tm);
     return buf;
 }
 
@@ -226,7 +269,7 @@ inline std::string chat_today() {
 inline void chat_render_gpt_oss(ChatBuilder& b, const std::vector<ChatMessage>& m, const ChatOptions& o) {
     chat_check_roles(m, {"system", "developer", "user", "assistant"}, ChatFamily::GptOss);
     b.t("<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-        "Knowledge cutoff: 2024-06\nCurrent date: " + (o.date.empty() ? chat_today() : o.date) + "\n\n"
+        "Knowledge cutoff: 2024-06\nCurrent date: " + chat_date(o, "%Y-%m-%d") + "\n\n"
         "Reasoning: " + o.reasoning_effort + "\n\n"
         "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>");
     size_t first = 0;
@@ -250,9 +293,12 @@ inline void chat_render_gpt_oss(ChatBuilder& b, const std::vector<ChatMessage>& 
 
 inline std::vector<ChatPiece> render_chat_pieces(const Tokenizer& tok, const std::vector<ChatMessage>& msgs, const ChatOptions& o) {
     ChatBuilder b;
-    switch (chat_family(tok)) {
+    ChatFamily f = o.family.empty() ? chat_family(tok) : chat_family_named(o.family);
+    switch (f) {
         case ChatFamily::Qwen3: chat_render_qwen3(b, msgs, o); break;
         case ChatFamily::Llama3: chat_render_llama3(b, msgs, tok); break;
+        case ChatFamily::Llama31: chat_render_llama31(b, msgs, tok, "26 Jul 2024", f); break;
+        case ChatFamily::Llama32: chat_render_llama31(b, msgs, tok, chat_date(o, "%d %b %Y"), f); break;
         case ChatFamily::Gemma3: chat_render_gemma3(b, msgs, tok); break;
         case ChatFamily::DeepSeekV3: chat_render_deepseek_v3(b, msgs, tok); break;
         case ChatFamily::GptOss: chat_render_gpt_oss(b, msgs, o); break;

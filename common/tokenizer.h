@@ -22,7 +22,7 @@
 //   added_tokens   matched before the model, leftmost-longest, with lstrip / rstrip / single_word /
 //                  normalized, exactly in HF's order: non-normalized ones in the raw text, then the
 //                  normalizer, then the normalized ones.
-//   tokenizer_config.json: bos_token, eos_token, add_bos_token, chat_template; generation_config.json
+//   tokenizer_config.json: bos_token, eos_token, add_bos_token, chat_template (or chat_template.jinja); generation_config.json
 //                  and config.json (if present): eos_token_id.
 //
 // Regex: Split patterns run on a small backtracking engine (leftmost-first, greedy, like Oniguruma,
@@ -1428,6 +1428,9 @@ inline Tokenizer Tokenizer::load(const std::string& model_dir) {
     if (!tok_read_file(json_path, json_text)) die("%s: cannot read (missing?)", json_path.c_str());
     tok_read_file(cfg_path, cfg_text);  // optional
     Tokenizer t = from_json_text(json_text, cfg_text, json_path);
+    // Newer checkpoints keep the template in its own file, which transformers then prefers.
+    std::string tpl;
+    if (tok_read_file(dir + "chat_template.jinja", tpl)) t.chat_template_ = tpl;
     tok_add_generation_eos(t, t.eos_ids_, dir + "generation_config.json");
     tok_add_generation_eos(t, t.eos_ids_, dir + "config.json");
     t.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

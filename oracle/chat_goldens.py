@@ -5,14 +5,16 @@ Usage (repo root, offline, needs transformers and jinja2):
     python3 oracle/chat_goldens.py tests/data/hf OUTDIR
     then copy OUTDIR/chat_goldens.json to tests/data/tokenizer/chat/chat_goldens.json
 
-For each family directory under the first argument (the files tests/fetch_tokenizers.sh fetches) and
-each conversation below it writes
+For each target below (a chat family: the tokenizer directory under the first argument, the files
+tests/fetch_tokenizers.sh fetches, and the template to use) and each conversation it writes
     tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
 into one JSON file: {"transformers_version", "date", "conversations": {name: {messages, kwargs}},
-"renders": {family: {conversation: text or {"error": message}}}}.
-GPT-OSS's tokenizer_config.json carries no chat_template: its template is read from
-<hf>/gptoss/chat_template.jinja when present (OpenAI's published template), else the family is skipped.
-The harmony template prints today's date; strftime_now is overridden with a fixed DATE so the goldens
+"renders": {family: {"tokenizer": dir, "texts": {conversation: text or {"error": message}}}}}.
+The family names are common/chat.h's chat_family_name().
+Templates not in the npm packages (GPT-OSS's, Llama 3.1's and 3.2's: the published ones, placed by hand
+next to the tokenizer files, see kb/decisions.md) are read from the file named in TARGETS; a target
+whose template file is absent is skipped with a message.
+GPT-OSS and Llama 3.2 print today's date; strftime_now is overridden with a fixed DATE so the goldens
 do not depend on the day they were made (the script checks that the override took effect).
 """
 import datetime
@@ -24,7 +26,16 @@ import transformers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 DATE = datetime.datetime(2026, 1, 15)
-FAMILIES = ["qwen3", "llama3_1", "gemma3", "deepseek_v3", "gptoss"]
+# (chat family, tokenizer directory, template file in that directory or None for tokenizer_config's)
+TARGETS = [
+    ("qwen3", "qwen3", None),
+    ("llama3", "llama3_1", None),
+    ("llama3.1", "llama3_1", "chat_template_3.1.jinja"),
+    ("llama3.2", "llama3_1", "chat_template_3.2.jinja"),
+    ("gemma3", "gemma3", None),
+    ("deepseek_v3", "deepseek_v3", None),
+    ("gpt-oss", "gptoss", "chat_template.jinja"),
+]
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 CONVERSATIONS = {
@@ -85,32 +96,39 @@ def main():
         sys.exit("usage: python3 oracle/chat_goldens.py HF_DIR OUTDIR")
     hf_dir, out_dir = sys.argv[1], sys.argv[2]
     renders = {}
-    for family in FAMILIES:
-        directory = os.path.join(hf_dir, family)
+    for family, tok_dir, template_name in TARGETS:
+        directory = os.path.join(hf_dir, tok_dir)
         if not os.path.exists(os.path.join(directory, "tokenizer.json")):
             print(f"skip {family}: {directory}/tokenizer.json absent", file=sys.stderr)
             continue
         tok = load_tokenizer(directory)
-        template_file = os.path.join(directory, "chat_template.jinja")
-        if os.path.exists(template_file):
-            with open(template_file, encoding="utf-8") as f:
-                tok.chat_template = f.read()
-        if not tok.chat_template:
+        template = tok.chat_template
+        if template_name:
+            path = os.path.join(directory, template_name)
+            if not os.path.exists(path):
+                print(f"skip {family}: {path} absent", file=sys.stderr)
+                continue
+            with open(path, encoding="utf-8") as f:
+                template = f.read()
+        if not template:
             print(f"skip {family}: no chat template", file=sys.stderr)
             continue
-        renders[family] = {}
+        texts = {}
         for name, conv in CONVERSATIONS.items():
             kwargs = dict(conv.get("kwargs", {}))
             kwargs["strftime_now"] = fixed_strftime_now
             try:
-                text = tok.apply_chat_template(conv["messages"], tokenize=False, add_generation_prompt=True, **kwargs)
+                text = tok.apply_chat_template(conv["messages"], chat_template=template, tokenize=False,
+                                               add_generation_prompt=True, **kwargs)
             except Exception as e:  # a template that rejects the conversation: the C++ side must reject it too
-                renders[family][name] = {"error": str(e)}
+                texts[name] = {"error": str(e)}
                 continue
-            if "Current date:" in text and DATE.strftime("%Y-%m-%d") not in text:
+            dates = (DATE.strftime("%Y-%m-%d"), DATE.strftime("%d %b %Y"))
+            if "strftime_now" in template and not any(d in text for d in dates):
                 sys.exit(f"{family}: the strftime_now override did not take effect; the golden would hold today's date")
-            renders[family][name] = text
-        print(f"{family}: {len(renders[family])} conversations", file=sys.stderr)
+            texts[name] = text
+        renders[family] = {"tokenizer": tok_dir, "texts": texts}
+        print(f"{family}: {len(texts)} conversations", file=sys.stderr)
     os.makedirs(out_dir, exist_ok=True)
     out = {
         "transformers_version": transformers.__version__,
