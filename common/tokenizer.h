@@ -338,7 +338,6 @@ struct Regex {
 
     // All non-overlapping leftmost matches in cps[0..n), as [start, end) code point index pairs.
     void find_all(const uint32_t* cps, size_t n, std::vector<std::pair<uint32_t, uint32_t>>& out) const;
-    bool match_at(const uint32_t* cps, size_t n, size_t pos, size_t& end) const;
 
 private:
     struct Frame { int pc; size_t pos; int count; };  // count >= 0: retry a REPEAT_CLASS with one fewer
@@ -695,11 +694,6 @@ inline bool Regex::run(int pc, const uint32_t* s, size_t n, size_t pos, size_t& 
     }
 }
 
-inline bool Regex::match_at(const uint32_t* cps, size_t n, size_t pos, size_t& end) const {
-    std::vector<Frame> stack;
-    return run(0, cps, n, pos, end, stack);
-}
-
 inline void Regex::find_all(const uint32_t* cps, size_t n, std::vector<std::pair<uint32_t, uint32_t>>& out) const {
     out.clear();
     std::vector<Frame> stack;
@@ -827,7 +821,6 @@ struct AddedToken {
 
 // Leftmost-longest matching of many literal strings (HF uses Aho-Corasick with that match kind).
 struct LiteralTrie {
-    struct Edge { int node; unsigned char byte; };
     std::vector<std::vector<std::pair<unsigned char, int>>> next{{}};
     std::vector<int> token_at{-1};  // index into the owner's added-token list, -1 if no token ends here
     bool first_byte[256] = {};
