@@ -5,6 +5,9 @@
 
 #include <random>
 
+#include <cstdio>
+#include <unistd.h>
+
 #include "tok_test_util.h"
 #include "tokenizer.h"
 
@@ -159,6 +162,33 @@ TEST_CASE("added-token flags: lstrip, rstrip, single_word") {
     CHECK(t.encode("1xy") == V{'1', 'x', 'y'});
     CHECK(t.encode("\xC3\xA9xy") == V{0xC3, 0xA9, 'x', 'y'});
     CHECK(t.decode(t.encode("a  <m>  b")) == "a<m>b");
+}
+
+static void write_file(const std::string& path, const std::string& text) {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+}
+
+TEST_CASE("load reads a model directory: config, generation_config eos ids, chat_template.jinja") {
+    char tmpl[] = "/tmp/monocu_tok_XXXXXX";
+    REQUIRE(mkdtemp(tmpl));
+    std::string dir = tmpl;
+    write_file(dir + "/tokenizer.json", tiny_tokenizer_json().dump());
+    write_file(dir + "/tokenizer_config.json", "{\"eos_token\": {\"content\": \"<|endoftext|>\"}, \"chat_template\": \"from config\"}");
+    write_file(dir + "/generation_config.json", "{\"eos_token_id\": [261, 259]}");
+    write_file(dir + "/config.json", "{\"eos_token_id\": 260}");
+    Tokenizer t = Tokenizer::load(dir);
+    CHECK(t.eos_ids() == std::vector<int>{261, 259, 260});
+    CHECK(t.chat_template() == "from config");
+    write_file(dir + "/chat_template.jinja", "from file");
+    CHECK(Tokenizer::load(dir + "/").chat_template() == "from file");
+    write_file(dir + "/generation_config.json", "{\"eos_token_id\": 99999}");
+    CHECK(error_of([&] { Tokenizer::load(dir); }).find("generation_config.json: eos_token_id 99999 is not a token id") != std::string::npos);
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "config.json", "chat_template.jinja"})
+        std::remove((dir + "/" + f).c_str());
+    rmdir(dir.c_str());
 }
 
 // ---- hostile tokenizer.json ----
