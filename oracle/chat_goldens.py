@@ -4,6 +4,9 @@
 Usage (repo root, offline, needs transformers and jinja2):
     python3 oracle/chat_goldens.py tests/data/hf OUTDIR
     then copy OUTDIR/chat_goldens.json to tests/data/tokenizer/chat/chat_goldens.json
+The first argument may also be the 2.5 MB slim copy made by oracle/slim_for_chat.py
+(tests/data/hf/chat_oracle: configs, templates, added tokens only), which is what to carry to a
+machine with transformers: rendering never looks at the vocab or merges.
 
 For each target below (a chat family: the tokenizer directory under the first argument, the files
 tests/fetch_tokenizers.sh fetches, and the template to use) and each conversation it writes
