@@ -242,6 +242,11 @@ TEST_CASE("hostile tokenizer.json files are rejected with a message naming the p
     j = tiny_tokenizer_json();
     j["model"]["vocab"]["x"] = -1;
     has(reject_json(j), "model.vocab: every value must be a non-negative integer id");
+    std::string full = tiny_tokenizer_json().dump();
+    has(reject(full.substr(0, full.size() / 2)), "not valid JSON");  // truncated file
+    j = tiny_tokenizer_json();
+    j["model"]["vocab"]["far"] = 50000000;
+    has(reject_json(j), "model.vocab ids run to 50000000 for only 262 tokens");
     j = tiny_tokenizer_json();
     j["model"]["vocab"]["dup"] = 5;
     has(reject_json(j), "gives id 5 to both");
