@@ -30,7 +30,7 @@ GENCODE := -gencode=arch=compute_$(SM),code=sm_$(SM)
 # Host code: warnings are errors. Device code: nvcc's own warnings stay visible.
 HOST_WARN := -Wall -Wextra -Werror
 CXXFLAGS ?= -O2 -g
-CXXFLAGS += -std=c++17 $(HOST_WARN) -Icommon -MMD -MP
+CXXFLAGS += -std=c++17 $(HOST_WARN) -ffp-contract=off -Icommon -MMD -MP
 NVCCFLAGS ?= -O3 -lineinfo
 NVCCFLAGS += -std=c++17 $(GENCODE) -Icommon -MMD -MP -Xcompiler "$(HOST_WARN)" \
              --expt-relaxed-constexpr -Wno-deprecated-gpu-targets
@@ -38,6 +38,7 @@ CUDA_LIBS := -lcublas
 
 ENGINES := $(patsubst engines/%.cu,$(BUILD)/$(ARCH)/%,$(wildcard engines/*.cu))
 TOOLS := $(patsubst tools/%.cpp,$(BUILD)/tools/%,$(wildcard tools/*.cpp))
+GPU_TOOLS := $(patsubst tools/%.cu,$(BUILD)/$(ARCH)/tools/%,$(wildcard tools/*.cu))
 HOST_TEST_OBJS := $(patsubst tests/%.cpp,$(BUILD)/tests/%.o,$(wildcard tests/*.cpp))
 GPU_TEST_OBJS := $(patsubst tests/%.cu,$(BUILD)/$(ARCH)/tests/%.o,$(wildcard tests/*.cu))
 HOST_TESTS := $(BUILD)/tests/host_tests
@@ -47,10 +48,15 @@ GPU_TESTS := $(BUILD)/$(ARCH)/gpu_tests
 .DEFAULT_GOAL := all
 
 # Every engine and every tool.
-all: $(ENGINES) $(TOOLS) $(HOST_TESTS) $(GPU_TESTS)
+all: $(ENGINES) $(TOOLS) $(GPU_TOOLS) $(HOST_TESTS) $(GPU_TESTS)
 
 # One engine: one .cu file, header-only kit, cuBLAS.
 $(BUILD)/$(ARCH)/%: engines/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIBS)
+
+# One GPU tool (microbenchmarks): like an engine, one .cu file.
+$(BUILD)/$(ARCH)/tools/%: tools/%.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIBS)
 
@@ -89,6 +95,23 @@ deps:
 	  echo "run as root: sudo apt-get install -y $(DEB_PACKAGES)"; \
 	  dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1 || exit 1; \
 	fi
+
+# The README's main command: install what is missing, build the qwen3 engine for this machine's GPU (its
+# compute capability, read from the driver) and complete a Python prompt with the model shipped in models/.
+DEMO_MODEL ?= models/pycoder-13m
+demo:
+	@$(MAKE) --no-print-directory deps
+	@cc=$$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. '); \
+	  if [ -z "$$cc" ]; then echo "make demo: no NVIDIA GPU found (nvidia-smi gives no compute capability)"; exit 1; fi; \
+	  $(MAKE) --no-print-directory ARCH=sm_$$cc $(BUILD)/sm_$$cc/qwen3 && \
+	  $(BUILD)/sm_$$cc/qwen3 -m $(DEMO_MODEL) -p "$$(printf 'def fibonacci(n):\n')" -n 200 -s 42
+
+# Benchmark matrix on the GPU machine: random-weight Qwen3 0.6B/4B/8B shapes, every dtype x KV type at
+# contexts 512/4k/16k, transformers eager beside it; writes kb/bench.md and kb/bench.png.
+BENCH_WORK ?= /tmp/monocu-bench
+BENCH_PRESETS ?= qwen3-0.6b,qwen3-4b,qwen3-8b
+bench: $(BUILD)/$(ARCH)/qwen3
+	python3 oracle/bench.py --engine $(BUILD)/$(ARCH)/qwen3 --work $(BENCH_WORK) --out kb --presets $(BENCH_PRESETS)
 
 # Fuzz the safetensors header parser (libFuzzer, ASan + UBSan) from the hostile test files as seeds.
 FUZZ_RUNS ?= 1000000

@@ -1,9 +1,10 @@
 // attention.cuh — causal prefill attention over the KV cache, on tensor cores (FlashAttention-2 style).
 //
 // Usage:
-//   prefill_attention(q, k_cache, v_cache, d_pos, out, T, n_heads, n_kv_heads, head_dim, ctx, stream);
+//   prefill_attention(q, kv.type, kv.layer(l), d_pos, out, T, n_heads, n_kv_heads, head_dim, ctx, stream);
 //     q      bf16 [T][n_heads][head_dim]   queries of tokens at positions *d_pos .. *d_pos + T - 1
-//     k/v    bf16 [n_kv][ctx][head_dim]    this layer's cache, already holding keys 0 .. *d_pos + T - 1
+//     kv     this layer's cache (bf16, or FP8 scaled back to bf16 as tiles are staged), already holding
+//            keys 0 .. *d_pos + T - 1
 //     out    bf16 [T][n_heads * head_dim]  softmax(q k^T / sqrt(d) + causal mask) v
 // head_dim 64 or 128; any GQA ratio (query head h reads KV head h / (n_heads / n_kv), like repeat_kv).
 //
@@ -21,6 +22,7 @@
 #pragma once
 
 #include "gpu_memory.cuh"
+#include "kv_cache.cuh"
 
 namespace monocu {
 
@@ -46,11 +48,26 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     return *reinterpret_cast<uint32_t*>(&v);
 }
 
-template <int HD>
+// 8 elements of a cache row as bf16 (an FP8 row is scaled back first), for the shared-memory tile.
+template <KvType KV>
+__device__ __forceinline__ uint4 cache_chunk_bf16(const void* base, const float* scales, size_t row, int hd, int col) {
+    if constexpr (KV == KvType::BF16) {
+        return *reinterpret_cast<const uint4*>(static_cast<const bf16*>(base) + row * hd + col);
+    } else {
+        float f[8], s = scales[row];
+        KvLoad<KV>::to_float(*reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(base) + row * hd + col), f);
+        uint4 r;
+        uint32_t* p = reinterpret_cast<uint32_t*>(&r);
+#pragma unroll
+        for (int k = 0; k < 4; k++) p[k] = pack_bf16x2(f[2 * k] * s, f[2 * k + 1] * s);
+        return r;
+    }
+}
+
+template <int HD, KvType KV>
 __global__ void __launch_bounds__(kAttnWarps * 32)
-    prefill_attention_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
-                             const int* __restrict__ d_pos, int T, int nh, int nkv, int ctx, float scale_log2,
-                             bf16* __restrict__ out) {
+    prefill_attention_kernel(const bf16* __restrict__ q, KvLayer kv, const int* __restrict__ d_pos, int T, int nh, int nkv,
+                             int ctx, float scale_log2, bf16* __restrict__ out) {
     constexpr int LD = HD + 8;  // padded row, in bf16
     __shared__ __align__(16) bf16 Ks[kAttnK][LD];
     __shared__ __align__(16) bf16 Vs[kAttnK][LD];
@@ -79,21 +96,20 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
     float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
     const int qpos_lo = pos0 + row_lo, qpos_hi = pos0 + row_hi;
-    const bf16* kh = k_cache + (size_t)kvh * ctx * HD;
-    const bf16* vh = v_cache + (size_t)kvh * ctx * HD;
 
     for (int kt = 0; kt < n_keys; kt += kAttnK) {
         // Stage 64 keys and values (rows past n_keys are zero so that 0-probability times V stays 0).
         __syncthreads();
         for (int c = threadIdx.x; c < kAttnK * HD / 8; c += kAttnWarps * 32) {
             int r = c / (HD / 8), col = (c % (HD / 8)) * 8, key = kt + r;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+            uint4 kc = make_uint4(0, 0, 0, 0), vc = make_uint4(0, 0, 0, 0);
             if (key < n_keys) {
-                kv = *reinterpret_cast<const uint4*>(kh + (size_t)key * HD + col);
-                vv = *reinterpret_cast<const uint4*>(vh + (size_t)key * HD + col);
+                size_t row = (size_t)kvh * ctx + key;
+                kc = cache_chunk_bf16<KV>(kv.k, kv.k_scale, row, HD, col);
+                vc = cache_chunk_bf16<KV>(kv.v, kv.v_scale, row, HD, col);
             }
-            *reinterpret_cast<uint4*>(&Ks[r][col]) = kv;
-            *reinterpret_cast<uint4*>(&Vs[r][col]) = vv;
+            *reinterpret_cast<uint4*>(&Ks[r][col]) = kc;
+            *reinterpret_cast<uint4*>(&Vs[r][col]) = vc;
         }
         __syncthreads();
 
@@ -175,19 +191,25 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     }
 }
 
-inline void prefill_attention(const bf16* q, const bf16* k_cache, const bf16* v_cache, const int* d_pos, bf16* out, int T,
-                              int nh, int nkv, int hd, int ctx, cudaStream_t stream) {
+template <int HD>
+inline void prefill_attention_launch(dim3 grid, const bf16* q, KvType type, const KvLayer& kv, const int* d_pos, bf16* out, int T,
+                                     int nh, int nkv, int ctx, float scale_log2, cudaStream_t stream) {
+    if (type == KvType::BF16)
+        prefill_attention_kernel<HD, KvType::BF16><<<grid, kAttnWarps * 32, 0, stream>>>(q, kv, d_pos, T, nh, nkv, ctx, scale_log2, out);
+    else
+        prefill_attention_kernel<HD, KvType::FP8><<<grid, kAttnWarps * 32, 0, stream>>>(q, kv, d_pos, T, nh, nkv, ctx, scale_log2, out);
+    LAUNCH_CHECK();
+}
+
+inline void prefill_attention(const bf16* q, KvType type, const KvLayer& kv, const int* d_pos, bf16* out, int T, int nh, int nkv,
+                              int hd, int ctx, cudaStream_t stream) {
     if (T <= 0) return;
     if (nh % nkv != 0) die("prefill_attention: %d heads are not a multiple of %d KV heads", nh, nkv);
     dim3 grid(CEIL_DIV(T, kAttnQ), nh);
     float scale_log2 = 1.4426950408889634f / sqrtf((float)hd);
-    if (hd == 64)
-        prefill_attention_kernel<64><<<grid, kAttnWarps * 32, 0, stream>>>(q, k_cache, v_cache, d_pos, T, nh, nkv, ctx, scale_log2, out);
-    else if (hd == 128)
-        prefill_attention_kernel<128><<<grid, kAttnWarps * 32, 0, stream>>>(q, k_cache, v_cache, d_pos, T, nh, nkv, ctx, scale_log2, out);
-    else
-        die("prefill_attention: head_dim %d is not supported (64, 128)", hd);
-    LAUNCH_CHECK();
+    if (hd == 64) prefill_attention_launch<64>(grid, q, type, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, stream);
+    else if (hd == 128) prefill_attention_launch<128>(grid, q, type, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, stream);
+    else die("prefill_attention: head_dim %d is not supported (64, 128)", hd);
 }
 
 }  // namespace monocu

@@ -42,11 +42,12 @@ struct Options {
     bool seed_set = false;     // -s; unset: a seed from the clock, printed with -v
     bool raw = false;          // --raw: no chat template
     bool no_think = false;     // --no-think: Qwen3's enable_thinking=False
-    std::string dtype = "bf16";    // --dtype: weight format on the GPU
+    std::string dtype = "bf16";    // --dtype: weight format on the GPU (default: bf16, or what a quantized checkpoint holds)
+    bool dtype_set = false;
     std::string kv_type = "bf16";  // --kv-type: KV-cache format
     std::string dump_dir;      // --dump-dir: float32 .npy per tap for the prompt positions
     bool bench = false;        // --bench: random prompt of --n-prompt tokens, then -n decoded
-    int n_prompt = 512;        // --n-prompt: prompt length for --bench
+    std::vector<int> n_prompt = {512};  // --n-prompt: prompt length(s) for --bench, e.g. 512,4096,16384
     std::string trace_file;    // --trace: per-token timings as CSV
     bool cuda_graphs = true;   // --no-cuda-graphs turns capture of the decode step off
     bool quiet = false, verbose = false, help = false;
@@ -75,7 +76,7 @@ inline void print_usage(FILE* out, const char* engine) {
                  "      --kv-type T        KV cache: bf16 | fp8 (default bf16)\n"
                  "      --dump-dir DIR     write float32 .npy activations for the prompt positions (oracle taps)\n"
                  "      --bench            benchmark: --n-prompt random tokens, then -n decoded (default 128)\n"
-                 "      --n-prompt N       prompt length for --bench (default 512)\n"
+                 "      --n-prompt N[,N..] prompt length(s) for --bench (default 512), e.g. 512,4096,16384\n"
                  "      --no-cuda-graphs   launch the decode step kernel by kernel\n"
                  "      --trace FILE       write per-token timings (CSV)\n"
                  "  -q, --quiet            print only the generated text\n"
@@ -103,6 +104,21 @@ inline double parse_real(const std::string& flag, const char* s, double lo, doub
         die_usage("%s: '%s' is not a number", flag.c_str(), s);
     if (v < lo || v > hi) die_usage("%s: %g is out of range [%g, %g]", flag.c_str(), v, lo, hi);
     return v;
+}
+
+// "512,4096,16384": each entry an integer in [lo, hi].
+inline std::vector<int> parse_int_list(const std::string& flag, const char* s, long long lo, long long hi) {
+    std::vector<int> out;
+    std::string all = s, item;
+    size_t b = 0;
+    while (true) {
+        size_t e = all.find(',', b);
+        item = all.substr(b, e == std::string::npos ? std::string::npos : e - b);
+        out.push_back(static_cast<int>(parse_int(flag, item.c_str(), lo, hi)));
+        if (e == std::string::npos) break;
+        b = e + 1;
+    }
+    return out;
 }
 
 inline std::string parse_choice(const std::string& flag, const char* s, std::initializer_list<const char*> choices) {
@@ -147,11 +163,11 @@ inline Options parse_cli(int argc, char** argv) {
             o.seed = static_cast<uint64_t>(parse_int(a, s, 0, 0x7fffffffffffffffLL));
             o.seed_set = true;
         }
-        else if (a == "--dtype") o.dtype = parse_choice(a, value(), {"bf16", "fp8", "int4"});
+        else if (a == "--dtype") { o.dtype = parse_choice(a, value(), {"bf16", "fp8", "int4"}); o.dtype_set = true; }
         else if (a == "--kv-type") o.kv_type = parse_choice(a, value(), {"bf16", "fp8"});
         else if (a == "--dump-dir") o.dump_dir = value();
         else if (a == "--bench") o.bench = true;
-        else if (a == "--n-prompt") o.n_prompt = static_cast<int>(parse_int(a, value(), 1, kIntMax));
+        else if (a == "--n-prompt") o.n_prompt = parse_int_list(a, value(), 1, kIntMax);
         else if (a == "--trace") o.trace_file = value();
         else if (a == "--no-cuda-graphs") o.cuda_graphs = false;
         else if (a == "-q" || a == "--quiet") o.quiet = true;

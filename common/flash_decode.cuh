@@ -2,28 +2,30 @@
 //
 // Usage:
 //   FlashDecode fd = flash_decode_plan(n_heads, n_kv_heads, head_dim, ctx, mem);   // once, at load
-//   flash_decode(fd, q, k_cache, v_cache, d_pos, out, stream);
+//   flash_decode(fd, q, kv.type, kv.layer(l), d_pos, out, stream);
 //     q       bf16 [n_heads][head_dim]     this token's queries (normed, rotated)
-//     k/v     bf16 [n_kv][ctx][head_dim]   this layer's cache; keys 0 .. *d_pos are valid
+//     kv      this layer's cache (kv_cache.cuh), bf16 or FP8; keys 0 .. *d_pos are valid
 //     out     bf16 [n_heads * head_dim]    softmax(q k^T / sqrt(d)) v, heads side by side
 //
 // Why split: one block per head would leave most of the GPU idle and make per-token cost grow with
 // context. Flash-Decoding (Dao et al., 2023) splits the key range across blocks: grid = (splits, kv
 // heads); each block streams its slice of K and V once for all G = n_heads / n_kv query heads of its
 // group (GQA: K/V read once, not G times), keeps an online softmax (running max m, sum l, unnormalised
-// output o) and writes (m, l, o). A second kernel merges the splits:
+// output o) and writes (m, l, o). The last block of a KV head to finish merges the splits:
 //   M = max m_s,  L = sum l_s 2^(m_s - M),  out = sum o_s 2^(m_s - M) / L.
 // The split count is fixed at plan time (CUDA graphs replay a fixed grid); the slice length follows the
 // live length *d_pos + 1, so a short context uses few splits and idle blocks write l = 0.
 // Layout inside a block: head_dim / 8 lanes share a key, each loading 16 bytes (8 dims) of K and of V;
 // a warp covers 256 / head_dim keys per step, 4 warps per block, U steps unrolled so that 2U 16-byte
-// loads per lane are in flight. Scores are kept in log2 units (q pre-scaled by log2(e)/sqrt(d)), so the
+// loads (8-byte for FP8, with twice the steps) per lane are in flight. FP8 scales fold into the score and
+// into p, never into the 8 dims. Scores are kept in log2 units (q pre-scaled by log2(e)/sqrt(d)), so the
 // softmax uses exp2.
 #pragma once
 
 #include <cfloat>
 
 #include "gpu_memory.cuh"
+#include "kv_cache.cuh"
 
 namespace monocu {
 
@@ -31,6 +33,7 @@ struct FlashDecode {
     int n_heads = 0, n_kv = 0, head_dim = 0, ctx = 0, n_splits = 1;
     float* part_o = nullptr;    // [n_heads][n_splits][head_dim]
     float2* part_ml = nullptr;  // [n_heads][n_splits]: (max in log2 units, sum)
+    int* done = nullptr;        // [n_kv] split blocks finished for this step; the last one merges, resets to 0
 };
 
 constexpr int kFdWarps = 4, kFdMinChunk = 64;
@@ -57,15 +60,35 @@ __device__ __forceinline__ void softmax_merge(float& m, float& l, float* o, floa
     m = M;
 }
 
-template <int HD, int G>
+// out[h][d] from every split's (m, l, o) of head h: M = max m_s, L = sum l_s 2^(m_s - M), o = sum o_s 2^(m_s - M) / L.
+__device__ __forceinline__ void flash_decode_merge_one(const float* part_o, const float2* part_ml, int n_splits, int hd, int h, int d,
+                                                       bf16* out) {
+    const volatile float2* ml = part_ml + (size_t)h * n_splits;  // written by other blocks of this launch
+    const volatile float* po = part_o + (size_t)h * n_splits * hd + d;
+    float M = -INFINITY;
+    for (int s = 0; s < n_splits; s++) M = fmaxf(M, ml[s].x);
+    float L = 0.f, o = 0.f;
+    for (int s = 0; s < n_splits; s++) {
+        float2 v = make_float2(ml[s].x, ml[s].y);
+        if (v.y == 0.f) continue;  // an idle split
+        float c = exp2f(v.x - M);
+        L += v.y * c;
+        o += po[(size_t)s * hd] * c;
+    }
+    out[(size_t)h * hd + d] = __float2bfloat16_rn(o / L);
+}
+
+template <int HD, int G, KvType KV>
 __global__ void __launch_bounds__(kFdWarps * 32)
-    flash_decode_split_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
-                              const int* __restrict__ d_pos, int ctx, int n_splits, float scale_log2,
-                              float* __restrict__ part_o, float2* __restrict__ part_ml) {
-    constexpr int LPK = HD / 8;                // lanes per key
+    flash_decode_split_kernel(const bf16* __restrict__ q, KvLayer kv, const int* __restrict__ d_pos, int ctx, int n_splits,
+                              float scale_log2, float* __restrict__ part_o, float2* __restrict__ part_ml, int* __restrict__ done,
+                              bf16* __restrict__ out) {
+    using Load = KvLoad<KV>;
+    constexpr int LPK = HD / 8;                // lanes per key, 8 dims each
     constexpr int KPW = 32 / LPK;              // keys per warp step
     constexpr int KPB = kFdWarps * KPW;        // keys per block step
-    constexpr int U = G >= 8 ? 2 : 4;          // steps unrolled
+    constexpr int U = (G >= 8 ? 2 : 4) * (KV == KvType::FP8 ? 2 : 1);  // steps unrolled (FP8 loads are 8 bytes)
+    constexpr bool FP8 = KV == KvType::FP8;
     __shared__ float sm_ml[kFdWarps][G][2];
     __shared__ float sm_o[kFdWarps][G][HD];
 
@@ -85,25 +108,31 @@ __global__ void __launch_bounds__(kFdWarps * 32)
         m[g] = -INFINITY;
         l[g] = 0.f;
     }
-    const bf16* kb = k_cache + (size_t)kvh * ctx * HD + dl * 8;
-    const bf16* vb = v_cache + (size_t)kvh * ctx * HD + dl * 8;
+    const size_t eb = FP8 ? 1 : 2;  // bytes per cache element
+    const uint8_t* kb = static_cast<const uint8_t*>(kv.k) + ((size_t)kvh * ctx * HD + dl * 8) * eb;
+    const uint8_t* vb = static_cast<const uint8_t*>(kv.v) + ((size_t)kvh * ctx * HD + dl * 8) * eb;
+    const float* ks = FP8 ? kv.k_scale + (size_t)kvh * ctx : nullptr;
+    const float* vs = FP8 ? kv.v_scale + (size_t)kvh * ctx : nullptr;
 
     // base is warp-uniform, so every lane runs the same iterations and the shuffles stay converged.
     for (int base = begin + warp * KPW; base < end; base += KPB * U) {
-        uint4 kk[U], vv[U];
+        typename Load::Raw kk[U], vv[U];
+        float kscale[U], vscale[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int key = base + u * KPB + slot;
+            kscale[u] = vscale[u] = 1.f;
             if (key < end) {
-                kk[u] = __ldcs(reinterpret_cast<const uint4*>(kb + (size_t)key * HD));
-                vv[u] = __ldcs(reinterpret_cast<const uint4*>(vb + (size_t)key * HD));
+                kk[u] = Load::load(kb + (size_t)key * HD * eb);
+                vv[u] = Load::load(vb + (size_t)key * HD * eb);
+                if (FP8) kscale[u] = ks[key], vscale[u] = vs[key];
             }
         }
         float s[U][G];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             float kf[8];
-            bf16x8_to_float(kk[u], kf);
+            Load::to_float(kk[u], kf);
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 float d = 0.f;
@@ -111,7 +140,7 @@ __global__ void __launch_bounds__(kFdWarps * 32)
                 for (int j = 0; j < 8; j++) d = fmaf(qf[g][j], kf[j], d);
 #pragma unroll
                 for (int o = LPK / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-                s[u][g] = base + u * KPB + slot < end ? d : -INFINITY;
+                s[u][g] = base + u * KPB + slot < end ? d * kscale[u] : -INFINITY;
             }
         }
 #pragma unroll
@@ -129,8 +158,9 @@ __global__ void __launch_bounds__(kFdWarps * 32)
                 float p = exp2f(s[u][g] - mx);  // 0 for invalid keys
                 if (p == 0.f) continue;
                 float vf[8];
-                bf16x8_to_float(vv[u], vf);
+                Load::to_float(vv[u], vf);
                 l[g] += p;
+                p *= vscale[u];
 #pragma unroll
                 for (int j = 0; j < 8; j++) acc[g][j] = fmaf(p, vf[j], acc[g][j]);
             }
@@ -159,33 +189,32 @@ __global__ void __launch_bounds__(kFdWarps * 32)
         }
     }
     __syncthreads();
-    if (warp != 0 || slot != 0) return;
+    if (warp == 0 && slot == 0) {
 #pragma unroll
-    for (int g = 0; g < G; g++) {
-        for (int w = 1; w < kFdWarps; w++) softmax_merge<8>(m[g], l[g], acc[g], sm_ml[w][g][0], sm_ml[w][g][1], &sm_o[w][g][dl * 8]);
-        int h = kvh * G + g;
-        float* dst = part_o + ((size_t)h * n_splits + split) * HD + dl * 8;
+        for (int g = 0; g < G; g++) {
+            for (int w = 1; w < kFdWarps; w++) softmax_merge<8>(m[g], l[g], acc[g], sm_ml[w][g][0], sm_ml[w][g][1], &sm_o[w][g][dl * 8]);
+            int h = kvh * G + g;
+            float* dst = part_o + ((size_t)h * n_splits + split) * HD + dl * 8;
 #pragma unroll
-        for (int j = 0; j < 8; j++) dst[j] = acc[g][j];
-        if (dl == 0) part_ml[(size_t)h * n_splits + split] = make_float2(m[g], l[g]);
+            for (int j = 0; j < 8; j++) dst[j] = acc[g][j];
+            if (dl == 0) part_ml[(size_t)h * n_splits + split] = make_float2(m[g], l[g]);
+        }
     }
-}
-
-// One block per query head, one thread per output dim.
-static __global__ void flash_decode_combine_kernel(const float* __restrict__ part_o, const float2* __restrict__ part_ml,
-                                                   int n_splits, int hd, bf16* __restrict__ out) {
-    int h = blockIdx.x, d = threadIdx.x;
-    const float2* ml = part_ml + (size_t)h * n_splits;
-    float M = -INFINITY;
-    for (int s = 0; s < n_splits; s++) M = fmaxf(M, ml[s].x);
-    float L = 0.f, o = 0.f;
-    for (int s = 0; s < n_splits; s++) {
-        if (ml[s].y == 0.f) continue;  // an idle split
-        float c = exp2f(ml[s].x - M);
-        L += ml[s].y * c;
-        o += part_o[((size_t)h * n_splits + s) * hd + d] * c;
+    // The last split block of this KV head to finish merges all splits of its G heads (the "last block"
+    // pattern: a fence makes this block's partials visible before it counts itself done), which saves a
+    // separate combine launch per layer.
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&done[kvh], 1) == n_splits - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
+        int h = kvh * G + e / HD, d = e % HD;
+        flash_decode_merge_one(part_o, part_ml, n_splits, HD, h, d, out);
     }
-    out[(size_t)h * hd + d] = __float2bfloat16_rn(o / L);
+    if (threadIdx.x == 0) done[kvh] = 0;  // ready for the next step (CUDA graphs replay this kernel)
 }
 
 inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ctx, GpuMemory& mem) {
@@ -200,40 +229,45 @@ inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ct
     fd.n_splits = std::max(1, std::min(CEIL_DIV(4 * sms, n_kv), CEIL_DIV(ctx, kFdMinChunk)));
     fd.part_o = mem.alloc<float>((size_t)n_heads * fd.n_splits * head_dim, "workspace");
     fd.part_ml = mem.alloc<float2>((size_t)n_heads * fd.n_splits, "workspace");
+    fd.done = mem.alloc<int>(n_kv, "workspace");
+    CUDA_CHECK(cudaMemset(fd.done, 0, n_kv * sizeof(int)));
     return fd;
 }
 
 template <int HD, int G>
-inline void flash_decode_split_launch(const FlashDecode& fd, const bf16* q, const bf16* k, const bf16* v, const int* d_pos,
+inline void flash_decode_split_launch(const FlashDecode& fd, const bf16* q, KvType type, const KvLayer& kv, const int* d_pos, bf16* out,
                                       cudaStream_t stream) {
     dim3 grid(fd.n_splits, fd.n_kv);
     float scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
-    flash_decode_split_kernel<HD, G><<<grid, kFdWarps * 32, 0, stream>>>(q, k, v, d_pos, fd.ctx, fd.n_splits, scale_log2,
-                                                                         fd.part_o, fd.part_ml);
+    if (type == KvType::BF16)
+        flash_decode_split_kernel<HD, G, KvType::BF16><<<grid, kFdWarps * 32, 0, stream>>>(
+            q, kv, d_pos, fd.ctx, fd.n_splits, scale_log2, fd.part_o, fd.part_ml, fd.done, out);
+    else
+        flash_decode_split_kernel<HD, G, KvType::FP8><<<grid, kFdWarps * 32, 0, stream>>>(
+            q, kv, d_pos, fd.ctx, fd.n_splits, scale_log2, fd.part_o, fd.part_ml, fd.done, out);
     LAUNCH_CHECK();
 }
 
 template <int HD>
-inline void flash_decode_split_dispatch(const FlashDecode& fd, const bf16* q, const bf16* k, const bf16* v, const int* d_pos,
+inline void flash_decode_split_dispatch(const FlashDecode& fd, const bf16* q, KvType t, const KvLayer& kv, const int* d_pos, bf16* out,
                                         cudaStream_t s) {
     switch (fd.n_heads / fd.n_kv) {
-        case 1: return flash_decode_split_launch<HD, 1>(fd, q, k, v, d_pos, s);
-        case 2: return flash_decode_split_launch<HD, 2>(fd, q, k, v, d_pos, s);
-        case 3: return flash_decode_split_launch<HD, 3>(fd, q, k, v, d_pos, s);
-        case 4: return flash_decode_split_launch<HD, 4>(fd, q, k, v, d_pos, s);
-        case 5: return flash_decode_split_launch<HD, 5>(fd, q, k, v, d_pos, s);
-        case 6: return flash_decode_split_launch<HD, 6>(fd, q, k, v, d_pos, s);
-        case 7: return flash_decode_split_launch<HD, 7>(fd, q, k, v, d_pos, s);
-        case 8: return flash_decode_split_launch<HD, 8>(fd, q, k, v, d_pos, s);
+        case 1: return flash_decode_split_launch<HD, 1>(fd, q, t, kv, d_pos, out, s);
+        case 2: return flash_decode_split_launch<HD, 2>(fd, q, t, kv, d_pos, out, s);
+        case 3: return flash_decode_split_launch<HD, 3>(fd, q, t, kv, d_pos, out, s);
+        case 4: return flash_decode_split_launch<HD, 4>(fd, q, t, kv, d_pos, out, s);
+        case 5: return flash_decode_split_launch<HD, 5>(fd, q, t, kv, d_pos, out, s);
+        case 6: return flash_decode_split_launch<HD, 6>(fd, q, t, kv, d_pos, out, s);
+        case 7: return flash_decode_split_launch<HD, 7>(fd, q, t, kv, d_pos, out, s);
+        case 8: return flash_decode_split_launch<HD, 8>(fd, q, t, kv, d_pos, out, s);
     }
 }
 
-inline void flash_decode(const FlashDecode& fd, const bf16* q, const bf16* k_cache, const bf16* v_cache, const int* d_pos,
-                         bf16* out, cudaStream_t stream) {
-    if (fd.head_dim == 64) flash_decode_split_dispatch<64>(fd, q, k_cache, v_cache, d_pos, stream);
-    else flash_decode_split_dispatch<128>(fd, q, k_cache, v_cache, d_pos, stream);
-    flash_decode_combine_kernel<<<fd.n_heads, fd.head_dim, 0, stream>>>(fd.part_o, fd.part_ml, fd.n_splits, fd.head_dim, out);
-    LAUNCH_CHECK();
+// One launch: the split blocks, the last of which (per KV head) merges the splits into out.
+inline void flash_decode(const FlashDecode& fd, const bf16* q, KvType type, const KvLayer& kv, const int* d_pos, bf16* out,
+                         cudaStream_t stream) {
+    if (fd.head_dim == 64) flash_decode_split_dispatch<64>(fd, q, type, kv, d_pos, out, stream);
+    else flash_decode_split_dispatch<128>(fd, q, type, kv, d_pos, out, stream);
 }
 
 }  // namespace monocu

@@ -1,25 +1,40 @@
-// gemv.cuh — batch-1 decode matmul for bf16 weights: y = W x, the step that decides decode speed.
+// gemv.cuh — batch-1 decode matmul, y = W x, for bf16, FP8 and INT4 weights: the step that decides decode speed.
 //
-// Usage:
-//   gemv(W, x_bf16, y, N, K, stream);                          // y[n]  = W[n] . x
-//   gemv_add(W, x_bf16, y, N, K, stream);                      // y[n] += W[n] . x      (residual add)
-//   gemv_rmsnorm(W, x_f32, norm_w, eps, y, N, K, stream);      // y[n]  = W[n] . rmsnorm(x)
-//   gemv_rmsnorm_swiglu(W, x_f32, norm_w, eps, h, N, K, stream); // h[i] = silu(W[2i].n) * (W[2i+1].n)
-//   W bf16 [N][K] row-major (nn.Linear's weight as stored), K a multiple of 8, rows 16-byte aligned.
+// Usage (L is a Linear from quant.cuh: [N][K] weights in any format, plus scales):
+//   gemv(L, x_bf16, y, stream);                            // y[n]  = W[n] . x
+//   gemv_add(L, x_bf16, y, stream);                        // y[n] += W[n] . x      (residual add)
+//   gemv_rmsnorm(L, x_f32, norm_w, eps, y, stream);        // y[n]  = W[n] . rmsnorm(x)
+//   gemv_rmsnorm_swiglu(L, x_f32, norm_w, eps, h, stream); // h[i]  = silu(W[2i] . n) * (W[2i+1] . n), n = rmsnorm(x)
+//   K a multiple of 8 (16 for FP8, 128 for INT4); rows 16-byte aligned.
 //
-// Why our own kernel: at batch 1 the whole cost is reading W once, and cuBLAS reaches only 34-61% of
-// HBM bandwidth on Qwen3-4B's projection shapes. Layout of the work:
-//   - a block of 8 warps stages x in shared memory as bf16 (K * 2 bytes), normalising it first when the
-//     RMSNorm is fused (every block recomputes the sum of squares: K floats from L2, cheap);
-//   - each warp owns 2 consecutive rows; each lane reads 16-byte chunks (8 weights) at stride 32 chunks,
-//     so a warp reads 512 contiguous bytes per row per step; 4 steps are unrolled and issued before any
-//     use, i.e. 8 independent 16-byte loads in flight per lane (Little's law: ~30 KB per SM covers HBM
-//     latency at ~36 GB/s per SM);
-//   - loads bypass L1 (streaming: each weight byte is used once); fp32 accumulate; shuffle reduction.
-// Napkin: Qwen3-4B reads ~8.0 GB of weights per token; at 3.0 TB/s (H100 copy) that is 2.7 ms.
+// Why our own kernel: at batch 1 the whole cost is reading W once, and cuBLAS reaches only 34-61% of HBM
+// bandwidth on Qwen3-4B's projection shapes. Layout of the work:
+//   - a block stages x in shared memory once (normalising it first when the RMSNorm is fused: every block
+//     recomputes the sum of squares, K floats from L2, cheap), in the form its weights multiply best with;
+//   - each warp owns 2 consecutive rows; each lane reads 16-byte chunks at a stride of 32 chunks, so a warp
+//     reads 512 contiguous bytes per row per step; 4 steps are issued before any use (8 independent 16-byte
+//     loads in flight per lane); loads bypass L1 (each weight byte is used once); fp32 accumulation across
+//     chunks; shuffle reduction at the end;
+//   - blocks have 8, 4 or 2 warps, the most that still gives >= 4 blocks per SM: a 2560-row projection in
+//     blocks of 16 rows would be 160 blocks on 132 SMs, i.e. one SM in five doing two blocks' work while the
+//     rest idle. Napkin: Qwen3-4B reads ~8.0 GB of bf16 weights per token; at 3.0 TB/s that is 2.7 ms.
+// Per format, what a 16-byte chunk costs (lane instructions, roughly):
+//   bf16: 8 weights; x staged bf16; 8 fp32 FMAs after unpacking (~25)
+//   fp8:  16 weights; x staged fp16 and pre-scaled by 2^-8; the e4m3 pairs convert to half2 in one
+//         instruction and multiply-add as half2 (8 HFMA2), the chunk's half2 sum is widened to fp32 (~22).
+//         Pre-scaling keeps |w x| <= 448 * (|x| / 256) far inside fp16 range; the 2^8 comes back at the end.
+//   int4: 32 weights; x staged fp16, pre-scaled by 2^-4, pairs ordered (x0,x4)(x1,x5)(x2,x6)(x3,x7) per 8;
+//         nibbles become half2 (1024 + u) by OR-ing 0x6400 (the fp16 exponent of 1024) under a mask, one
+//         HSUB2 makes them q = u - 8 exactly, one HFMA2 multiplies (~66). fp16 partial sums of 16 products
+//         are widened per chunk and scaled by the group's scale.
 #pragma once
 
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
 #include "gpu_memory.cuh"
+#include "quant.cuh"
 #include "reduce.cuh"
 #include "swiglu.cuh"
 
@@ -28,79 +43,56 @@ namespace monocu {
 enum class GemvInput { BF16, F32_RMSNORM };
 enum class GemvOutput { STORE_F32, ADD_F32, SWIGLU_BF16 };
 
-constexpr int kGemvWarps = 8, kGemvRowsPerWarp = 2, kGemvUnroll = 4;
-constexpr int kGemvRowsPerBlock = kGemvWarps * kGemvRowsPerWarp;
+constexpr int kGemvRowsPerWarp = 2, kGemvUnroll = 4, kGemvMaxWarps = 8;
+constexpr float kFp8XScale = 1.f / 256.f, kInt4XScale = 1.f / 16.f;
 
-// 8 bf16 (one 16-byte chunk) dotted with 8 bf16, accumulated in fp32.
-__device__ __forceinline__ float dot8_bf16(uint4 w, uint4 x) {
-    const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
-    const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
-    float s = 0.f;
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float2 a = __bfloat1622float2(wp[k]), b = __bfloat1622float2(xp[k]);
-        s = fmaf(a.x, b.x, s);
-        s = fmaf(a.y, b.y, s);
-    }
-    return s;
-}
+// ---- input staging and output, shared by every format ----
 
-// Stages x (bf16 copy, or RMSNorm of float x rounded to bf16 as the prefill path does) into xs.
+// 1 / rms(x) for the fused RMSNorm (1 when the input is already normalised bf16). Whole block.
 template <GemvInput IN>
-__device__ __forceinline__ void gemv_stage_input(const void* x_in, const bf16* norm_w, float eps, bf16* xs, int K) {
+__device__ __forceinline__ float gemv_input_inv_rms(const void* x_in, int K, float eps) {
     if constexpr (IN == GemvInput::BF16) {
-        const uint4* src = static_cast<const uint4*>(x_in);
-        for (int c = threadIdx.x; c < K / 8; c += blockDim.x) reinterpret_cast<uint4*>(xs)[c] = src[c];
+        return 1.f;
     } else {
-        const float* x = static_cast<const float*>(x_in);
+        const float4* x = static_cast<const float4*>(x_in);
         float ss = 0.f;
-        for (int i = threadIdx.x; i < K; i += blockDim.x) ss += x[i] * x[i];
-        float inv = rsqrtf(block_sum(ss) / K + eps);
-        for (int i = threadIdx.x; i < K; i += blockDim.x) xs[i] = __float2bfloat16_rn(x[i] * inv * __bfloat162float(norm_w[i]));
+        for (int i = threadIdx.x; i < K / 4; i += blockDim.x) {
+            float4 v = x[i];
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+        return rsqrtf(block_sum(ss) / K + eps);
     }
-    __syncthreads();
 }
 
-template <GemvInput IN, GemvOutput OUT>
-__global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_bf16_kernel(const bf16* __restrict__ W, const void* __restrict__ x_in, const bf16* __restrict__ norm_w, float eps,
-                     float* __restrict__ y, bf16* __restrict__ y_bf16, int N, int K) {
-    extern __shared__ __align__(16) unsigned char gemv_smem[];
-    bf16* xs = reinterpret_cast<bf16*>(gemv_smem);
-    gemv_stage_input<IN>(x_in, norm_w, eps, xs, K);
-
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int row0 = (blockIdx.x * kGemvWarps + warp) * kGemvRowsPerWarp;
-    if (row0 >= N) return;
-    int row1 = min(row0 + 1, N - 1);  // a lone last row computes itself twice; the copy is dropped
-    const uint4* w0 = reinterpret_cast<const uint4*>(W + (size_t)row0 * K);
-    const uint4* w1 = reinterpret_cast<const uint4*>(W + (size_t)row1 * K);
-    const uint4* xv = reinterpret_cast<const uint4*>(xs);
-    int chunks = K / 8;
-    float acc0 = 0.f, acc1 = 0.f;
-    for (int c = lane; c < chunks; c += 32 * kGemvUnroll) {
-        uint4 a[kGemvUnroll], b[kGemvUnroll];
+// Elements i .. i+7 of the matmul input: x, or rmsnorm(x) rounded to bf16 as the prefill path rounds it.
+template <GemvInput IN>
+__device__ __forceinline__ void gemv_input_8(const void* x_in, const bf16* norm_w, float inv, int i, float* v) {
+    if constexpr (IN == GemvInput::BF16) {
+        uint4 r = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(x_in) + i);
+        const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&r);
 #pragma unroll
-        for (int u = 0; u < kGemvUnroll; u++) {
-            int idx = c + 32 * u;
-            if (idx < chunks) {
-                a[u] = __ldcs(w0 + idx);
-                b[u] = __ldcs(w1 + idx);
-            }
+        for (int k = 0; k < 4; k++) {
+            float2 f = __bfloat1622float2(p[k]);
+            v[2 * k] = f.x, v[2 * k + 1] = f.y;
         }
+    } else {
+        const float4* x4 = reinterpret_cast<const float4*>(static_cast<const float*>(x_in) + i);
+        float4 a = x4[0], b = x4[1];
+        float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        uint4 r = *reinterpret_cast<const uint4*>(norm_w + i);
+        const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&r);
 #pragma unroll
-        for (int u = 0; u < kGemvUnroll; u++) {
-            int idx = c + 32 * u;
-            if (idx < chunks) {
-                uint4 xc = xv[idx];
-                acc0 += dot8_bf16(a[u], xc);
-                acc1 += dot8_bf16(b[u], xc);
-            }
+        for (int k = 0; k < 4; k++) {
+            float2 w = __bfloat1622float2(p[k]);
+            v[2 * k] = __bfloat162float(__float2bfloat16_rn(xv[2 * k] * inv * w.x));
+            v[2 * k + 1] = __bfloat162float(__float2bfloat16_rn(xv[2 * k + 1] * inv * w.y));
         }
     }
-    acc0 = warp_sum(acc0);
-    acc1 = warp_sum(acc1);
-    if (lane != 0) return;
+}
+
+// Lane 0 of a warp owning rows (row0, row0 + 1) writes them: store, residual add, or SwiGLU of the pair.
+template <GemvOutput OUT>
+__device__ __forceinline__ void gemv_write(float acc0, float acc1, int row0, int N, float* y, bf16* y_bf16) {
     if constexpr (OUT == GemvOutput::STORE_F32) {
         y[row0] = acc0;
         if (row0 + 1 < N) y[row0 + 1] = acc1;
@@ -112,35 +104,229 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     }
 }
 
-template <GemvInput IN, GemvOutput OUT>
-inline void gemv_launch(const bf16* W, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16, int N, int K,
-                        cudaStream_t stream) {
-    if (K % 8 != 0) die("gemv: K = %d must be a multiple of 8 (16-byte rows)", K);
-    if ((reinterpret_cast<uintptr_t>(W) | reinterpret_cast<uintptr_t>(x)) % 16 != 0) die("gemv: W and x must be 16-byte aligned");
-    if (OUT == GemvOutput::SWIGLU_BF16 && N % 2 != 0) die("gemv: swiglu needs an even number of rows, got %d", N);
-    size_t smem = (size_t)K * sizeof(bf16);
-    static bool raised = false;  // one attribute call per instantiation
+// ---- the weight formats: how x is staged, and one 16-byte chunk dotted with it ----
+
+struct Bf16Weights {
+    static constexpr int kPerChunk = 8;  // weights per 16 bytes
+    static constexpr size_t smem_bytes(int K) { return (size_t)K * 2; }
+    // Stores elements i .. i+7 (i a multiple of 8) in the form dot() reads: one 16-byte store.
+    static __device__ __forceinline__ void stage8(void* xs, int i, const float* v) {
+        uint4 r;
+        __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&r);
+#pragma unroll
+        for (int k = 0; k < 4; k++) p[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+        static_cast<uint4*>(xs)[i / 8] = r;
+    }
+    static __device__ __forceinline__ float dot(uint4 w, const void* xs, int chunk) {
+        uint4 x = static_cast<const uint4*>(xs)[chunk];
+        const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
+        const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 a = __bfloat1622float2(wp[k]), b = __bfloat1622float2(xp[k]);
+            s = fmaf(a.x, b.x, s);
+            s = fmaf(a.y, b.y, s);
+        }
+        return s;
+    }
+};
+
+struct Fp8Weights {
+    static constexpr int kPerChunk = 16;
+    static constexpr size_t smem_bytes(int K) { return (size_t)K * 2; }
+    static __device__ __forceinline__ void stage8(void* xs, int i, const float* v) {
+        uint4 r;
+        __half2* p = reinterpret_cast<__half2*>(&r);
+#pragma unroll
+        for (int k = 0; k < 4; k++) p[k] = __floats2half2_rn(v[2 * k] * kFp8XScale, v[2 * k + 1] * kFp8XScale);
+        static_cast<uint4*>(xs)[i / 8] = r;
+    }
+    static __device__ __forceinline__ float dot(uint4 w, const void* xs, int chunk) {
+        const __half2* x = static_cast<const __half2*>(xs) + chunk * 8;
+        const uint16_t* p = reinterpret_cast<const uint16_t*>(&w);
+        __half2 acc = __float2half2_rn(0.f);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(p[k]), __NV_E4M3);
+            acc = __hfma2(*reinterpret_cast<__half2*>(&h), x[k], acc);
+        }
+        float2 f = __half22float2(acc);
+        return (f.x + f.y) * (1.f / kFp8XScale);
+    }
+};
+
+struct Int4Weights {
+    static constexpr int kPerChunk = 32;
+    static constexpr size_t smem_bytes(int K) { return (size_t)K * 2; }
+    // Each run of 8 is stored as (x0,x4)(x1,x5)(x2,x6)(x3,x7): the order the nibble masks produce.
+    static __device__ __forceinline__ void stage8(void* xs, int i, const float* v) {
+        uint4 r;
+        __half2* p = reinterpret_cast<__half2*>(&r);
+#pragma unroll
+        for (int k = 0; k < 4; k++) p[k] = __floats2half2_rn(v[k] * kInt4XScale, v[k + 4] * kInt4XScale);
+        static_cast<uint4*>(xs)[i / 8] = r;
+    }
+    // Sum over the chunk's 32 weights of (u - 8) x, before the group scale.
+    static __device__ __forceinline__ float dot(uint4 w, const void* xs, int chunk) {
+        const __half2* x = static_cast<const __half2*>(xs) + chunk * 16;
+        const uint32_t* p = reinterpret_cast<const uint32_t*>(&w);
+        const __half2 bias = __float2half2_rn(1032.f);  // 1024 from the exponent trick, 8 from the storage offset
+        __half2 acc = __float2half2_rn(0.f);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                uint32_t t = ((p[j] >> (4 * s)) & 0x000F000Fu) | 0x64006400u;  // half2(1024 + u_s, 1024 + u_{s+4})
+                __half2 q = __hsub2(*reinterpret_cast<__half2*>(&t), bias);
+                acc = __hfma2(q, x[j * 4 + s], acc);
+            }
+        }
+        float2 f = __half22float2(acc);
+        return (f.x + f.y) * (1.f / kInt4XScale);
+    }
+};
+
+// Scale applied to a chunk's partial dot product (per-chunk formats), or 1.
+template <class F>
+__device__ __forceinline__ float chunk_scale(const Linear& L, int row, int chunk) {
+    if constexpr (std::is_same<F, Int4Weights>::value) {
+        return __bfloat162float(static_cast<const bf16*>(L.scale)[(size_t)row * (L.K / kInt4Group) + chunk * F::kPerChunk / kInt4Group]);
+    } else if constexpr (std::is_same<F, Fp8Weights>::value) {
+        int n_kb = L.K / L.kblock;
+        return n_kb == 1 ? 1.f : static_cast<const float*>(L.scale)[(size_t)row * n_kb + chunk * F::kPerChunk / L.kblock];
+    } else {
+        return 1.f;
+    }
+}
+
+// Scale applied once to the finished row (FP8 per channel), or 1.
+template <class F>
+__device__ __forceinline__ float row_scale(const Linear& L, int row) {
+    if constexpr (std::is_same<F, Fp8Weights>::value) return L.kblock == L.K ? static_cast<const float*>(L.scale)[row] : 1.f;
+    return 1.f;
+}
+
+template <class F, GemvInput IN, GemvOutput OUT>
+__global__ void __launch_bounds__(kGemvMaxWarps * 32)
+    gemv_kernel(Linear L, const void* __restrict__ x_in, const bf16* __restrict__ norm_w, float eps, float* __restrict__ y,
+                bf16* __restrict__ y_bf16) {
+    extern __shared__ __align__(16) unsigned char gemv_smem[];
+    const int N = L.N, K = L.K;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const int row0 = (blockIdx.x * warps + warp) * kGemvRowsPerWarp;
+    const int row1 = min(row0 + 1, N - 1);  // a lone last row computes itself twice; the copy is dropped
+    const bool active = row0 < N;
+    const size_t row_bytes = (size_t)K * 16 / F::kPerChunk;
+    const uint4* w0 = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(L.w) + (active ? row0 : 0) * row_bytes);
+    const uint4* w1 = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(L.w) + (active ? row1 : 0) * row_bytes);
+    const int chunks = K / F::kPerChunk;
+
+    // The first batch of weight loads goes out before x is staged, so their latency overlaps the staging.
+    uint4 a[kGemvUnroll], b[kGemvUnroll];
+#pragma unroll
+    for (int u = 0; u < kGemvUnroll; u++) {
+        int idx = lane + 32 * u;
+        if (active && idx < chunks) a[u] = __ldcs(w0 + idx), b[u] = __ldcs(w1 + idx);
+    }
+    float inv = gemv_input_inv_rms<IN>(x_in, K, eps);
+    for (int i = threadIdx.x * 8; i < K; i += blockDim.x * 8) {
+        float v[8];
+        gemv_input_8<IN>(x_in, norm_w, inv, i, v);
+        F::stage8(gemv_smem, i, v);
+    }
+    __syncthreads();
+    if (!active) return;
+
+    float acc0 = 0.f, acc1 = 0.f;
+    for (int c = lane; c < chunks; c += 32 * kGemvUnroll) {
+#pragma unroll
+        for (int u = 0; u < kGemvUnroll; u++) {
+            int idx = c + 32 * u;
+            if (idx >= chunks) continue;
+            acc0 = fmaf(F::dot(a[u], gemv_smem, idx), chunk_scale<F>(L, row0, idx), acc0);
+            acc1 = fmaf(F::dot(b[u], gemv_smem, idx), chunk_scale<F>(L, row1, idx), acc1);
+        }
+#pragma unroll
+        for (int u = 0; u < kGemvUnroll; u++) {  // the next batch
+            int idx = c + 32 * kGemvUnroll + 32 * u;
+            if (idx < chunks) a[u] = __ldcs(w0 + idx), b[u] = __ldcs(w1 + idx);
+        }
+    }
+    acc0 = warp_sum(acc0) * row_scale<F>(L, row0);
+    acc1 = warp_sum(acc1) * row_scale<F>(L, row1);
+    if (lane == 0) gemv_write<OUT>(acc0, acc1, row0, N, y, y_bf16);
+}
+
+// ---- launch: format dispatch, block size, checks ----
+
+inline int gemv_sm_count() {
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return sms;
+}
+
+// A fixed block size instead of the rule below (0: the rule); tools/bench_gemv compares them.
+inline int& gemv_forced_warps() {
+    static int forced = 0;
+    return forced;
+}
+
+// 8, 4 or 2 warps per block: the most that still gives at least 4 blocks per SM.
+inline int gemv_warps_per_block(int N) {
+    if (gemv_forced_warps()) return gemv_forced_warps();
+    int sms = gemv_sm_count();
+    for (int w = kGemvMaxWarps; w > 2; w /= 2)
+        if (CEIL_DIV(N, w * kGemvRowsPerWarp) >= 4 * sms) return w;
+    return 2;
+}
+
+template <class F, GemvInput IN, GemvOutput OUT>
+inline void gemv_launch_format(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16,
+                               cudaStream_t stream) {
+    static bool raised = false;  // one attribute call per instantiation, before any graph capture (eager warm-up)
     if (!raised) {
-        CUDA_CHECK(cudaFuncSetAttribute(gemv_bf16_kernel<IN, OUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+        CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<F, IN, OUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
         raised = true;
     }
-    if (smem > 96 * 1024) die("gemv: K = %d is too large for the shared-memory copy of x", K);
-    gemv_bf16_kernel<IN, OUT><<<CEIL_DIV(N, kGemvRowsPerBlock), kGemvWarps * 32, smem, stream>>>(W, x, norm_w, eps, y, y_bf16, N, K);
+    size_t smem = F::smem_bytes(L.K);
+    if (smem > 96 * 1024) die("gemv: K = %d is too large for the shared-memory copy of x", L.K);
+    int warps = gemv_warps_per_block(L.N);
+    gemv_kernel<F, IN, OUT><<<CEIL_DIV(L.N, warps * kGemvRowsPerWarp), warps * 32, smem, stream>>>(L, x, norm_w, eps, y, y_bf16);
     LAUNCH_CHECK();
 }
 
-inline void gemv(const bf16* W, const bf16* x, float* y, int N, int K, cudaStream_t s) {
-    gemv_launch<GemvInput::BF16, GemvOutput::STORE_F32>(W, x, nullptr, 0.f, y, nullptr, N, K, s);
+template <GemvInput IN, GemvOutput OUT>
+inline void gemv_launch(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16, cudaStream_t stream) {
+    if (L.K % 8 != 0) die("gemv: K = %d must be a multiple of 8 (16-byte rows)", L.K);
+    if (norm_w && reinterpret_cast<uintptr_t>(norm_w) % 16 != 0) die("gemv: the norm weights must be 16-byte aligned");
+    if ((reinterpret_cast<uintptr_t>(L.w) | reinterpret_cast<uintptr_t>(x)) % 16 != 0) die("gemv: W and x must be 16-byte aligned");
+    if (OUT == GemvOutput::SWIGLU_BF16 && L.N % 2 != 0) die("gemv: swiglu needs an even number of rows, got %d", L.N);
+    if (L.fmt == WFormat::BF16) return gemv_launch_format<Bf16Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, stream);
+    if (L.fmt == WFormat::FP8) {
+        if (L.K % 16 != 0 || L.kblock <= 0 || L.K % L.kblock != 0 || L.kblock % 16 != 0)
+            die("gemv: fp8 needs K %% 16 == 0 and K %% kblock == 0 (K %d, kblock %d)", L.K, L.kblock);
+        return gemv_launch_format<Fp8Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, stream);
+    }
+    if (L.K % kInt4Group != 0) die("gemv: int4 needs K %% 128 == 0, got %d", L.K);
+    gemv_launch_format<Int4Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, stream);
 }
-inline void gemv_add(const bf16* W, const bf16* x, float* y, int N, int K, cudaStream_t s) {
-    gemv_launch<GemvInput::BF16, GemvOutput::ADD_F32>(W, x, nullptr, 0.f, y, nullptr, N, K, s);
+
+inline void gemv(const Linear& L, const bf16* x, float* y, cudaStream_t s) {
+    gemv_launch<GemvInput::BF16, GemvOutput::STORE_F32>(L, x, nullptr, 0.f, y, nullptr, s);
 }
-inline void gemv_rmsnorm(const bf16* W, const float* x, const bf16* norm_w, float eps, float* y, int N, int K, cudaStream_t s) {
-    gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::STORE_F32>(W, x, norm_w, eps, y, nullptr, N, K, s);
+inline void gemv_add(const Linear& L, const bf16* x, float* y, cudaStream_t s) {
+    gemv_launch<GemvInput::BF16, GemvOutput::ADD_F32>(L, x, nullptr, 0.f, y, nullptr, s);
 }
-inline void gemv_rmsnorm_swiglu(const bf16* W, const float* x, const bf16* norm_w, float eps, bf16* h, int N, int K,
-                                cudaStream_t s) {
-    gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::SWIGLU_BF16>(W, x, norm_w, eps, nullptr, h, N, K, s);
+inline void gemv_rmsnorm(const Linear& L, const float* x, const bf16* norm_w, float eps, float* y, cudaStream_t s) {
+    gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::STORE_F32>(L, x, norm_w, eps, y, nullptr, s);
+}
+inline void gemv_rmsnorm_swiglu(const Linear& L, const float* x, const bf16* norm_w, float eps, bf16* h, cudaStream_t s) {
+    gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::SWIGLU_BF16>(L, x, norm_w, eps, nullptr, h, s);
 }
 
 }  // namespace monocu

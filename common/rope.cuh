@@ -2,13 +2,13 @@
 //
 // Usage:
 //   RopeTable rope = make_rope_table(cfg.rope, head_dim, ctx, mem, stream);      // once, at load
-//   qk_norm_rope_cache(qkv, T, d_pos, q_norm_w, k_norm_w, rope, q, k_cache, v_cache,
+//   qk_norm_rope_cache(qkv, T, d_pos, q_norm_w, k_norm_w, rope, q, kv.type, kv.layer(l),
 //                      n_heads, n_kv_heads, head_dim, ctx, eps, stream);
 //     qkv      float [T][(n_heads + 2 n_kv) * head_dim]  (q heads, then k heads, then v heads)
 //     d_pos    device int: position of the first of the T tokens
 //     q_norm_w, k_norm_w  bf16 [head_dim], or nullptr for families without q/k norm
 //     q        bf16 [T][n_heads][head_dim]                (normed, rotated)
-//     k_cache, v_cache    bf16 [n_kv][ctx][head_dim]      (this layer's slice; rows pos..pos+T-1 written)
+//     kv       this layer's cache (kv_cache.cuh), bf16 or FP8; rows pos..pos+T-1 written
 //
 // RoPE as transformers applies it (rotate_half, not interleaved pairs): for i < d/2, with angle
 // a = pos * inv_freq[i] and inv_freq[i] = theta^(-2i/d),
@@ -21,6 +21,7 @@
 
 #include "config.h"
 #include "gpu_memory.cuh"
+#include "kv_cache.cuh"
 #include "reduce.cuh"
 
 namespace monocu {
@@ -84,19 +85,17 @@ inline RopeTable make_rope_table(const RopeConfig& r, int head_dim, int max_pos,
 
 // One block per (head, token); thread i owns the rotation pair (i, i + d/2).
 // Blocks [0, nh) are q heads, [nh, nh + nkv) k heads, [nh + nkv, nh + 2 nkv) v heads (copied to the cache).
-static __global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, const int* __restrict__ d_pos,
-                                                 const bf16* __restrict__ q_norm_w, const bf16* __restrict__ k_norm_w,
-                                                 const float2* __restrict__ rope, bf16* __restrict__ q_out,
-                                                 bf16* __restrict__ k_cache, bf16* __restrict__ v_cache, int nh, int nkv,
-                                                 int hd, int ctx, float eps) {
+template <KvType KV>
+__global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, const int* __restrict__ d_pos,
+                                          const bf16* __restrict__ q_norm_w, const bf16* __restrict__ k_norm_w,
+                                          const float2* __restrict__ rope, bf16* __restrict__ q_out, KvLayer kv, int nh,
+                                          int nkv, int hd, int ctx, float eps) {
     int head = blockIdx.x, t = blockIdx.y, half = hd / 2, i = threadIdx.x;
     int pos = *d_pos + t;
     const float* row = qkv + (size_t)t * (nh + 2 * nkv) * hd + (size_t)head * hd;
     float x1 = row[i], x2 = row[i + half];
     if (head >= nh + nkv) {  // v: straight into the cache
-        bf16* dst = v_cache + ((size_t)(head - nh - nkv) * ctx + pos) * hd;
-        dst[i] = __float2bfloat16_rn(x1);
-        dst[i + half] = __float2bfloat16_rn(x2);
+        kv_store_row<KV>(kv.v, kv.v_scale, (size_t)(head - nh - nkv) * ctx + pos, hd, i, x1, x2);
         return;
     }
     const bf16* nw = head < nh ? q_norm_w : k_norm_w;
@@ -107,20 +106,28 @@ static __global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, 
     }
     float2 cs = rope[(size_t)pos * half + i];
     float r1 = x1 * cs.x - x2 * cs.y, r2 = x2 * cs.x + x1 * cs.y;
-    bf16* dst = head < nh ? q_out + ((size_t)t * nh + head) * hd : k_cache + ((size_t)(head - nh) * ctx + pos) * hd;
-    dst[i] = __float2bfloat16_rn(r1);
-    dst[i + half] = __float2bfloat16_rn(r2);
+    if (head < nh) {
+        bf16* dst = q_out + ((size_t)t * nh + head) * hd;
+        dst[i] = __float2bfloat16_rn(r1);
+        dst[i + half] = __float2bfloat16_rn(r2);
+    } else {
+        kv_store_row<KV>(kv.k, kv.k_scale, (size_t)(head - nh) * ctx + pos, hd, i, r1, r2);
+    }
 }
 
 inline void qk_norm_rope_cache(const float* qkv, int T, const int* d_pos, const bf16* q_norm_w, const bf16* k_norm_w,
-                               const RopeTable& rope, bf16* q_out, bf16* k_cache, bf16* v_cache, int nh, int nkv, int hd,
+                               const RopeTable& rope, bf16* q_out, KvType kv_type, const KvLayer& kv, int nh, int nkv, int hd,
                                int ctx, float eps, cudaStream_t stream) {
     if (hd % 64 != 0 || hd / 2 > 1024) die("qk_norm_rope_cache: head_dim %d must be a multiple of 64", hd);
     if (rope.half != hd / 2 || rope.max_pos < ctx) die("qk_norm_rope_cache: rope table does not match head_dim/context");
     if (T <= 0) return;
     dim3 grid(nh + 2 * nkv, T);
-    qk_norm_rope_cache_kernel<<<grid, hd / 2, 0, stream>>>(qkv, d_pos, q_norm_w, k_norm_w, rope.cos_sin, q_out, k_cache,
-                                                            v_cache, nh, nkv, hd, ctx, eps);
+    if (kv_type == KvType::BF16)
+        qk_norm_rope_cache_kernel<KvType::BF16><<<grid, hd / 2, 0, stream>>>(qkv, d_pos, q_norm_w, k_norm_w, rope.cos_sin, q_out, kv,
+                                                                             nh, nkv, hd, ctx, eps);
+    else
+        qk_norm_rope_cache_kernel<KvType::FP8><<<grid, hd / 2, 0, stream>>>(qkv, d_pos, q_norm_w, k_norm_w, rope.cos_sin, q_out, kv,
+                                                                            nh, nkv, hd, ctx, eps);
     LAUNCH_CHECK();
 }
 

@@ -3,6 +3,7 @@
 // Usage:
 //   GpuTimer t(stream); t.start(); ...; float ms = t.stop();     // CUDA events, synchronises on stop
 //   double gbs = measure_copy_bandwidth(stream);                 // device-to-device copy, GB/s (read + write)
+//   double tf = measure_gemm_tflops(gemm, M, N, K, stream);      // cuBLAS bf16 GEMM on random data, TFLOP/s
 //   double now = wall_ms();                                      // host clock
 //
 // The roofline: decode at batch 1 must read every weight once per token, so tokens/s can be at most
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "gemm.cuh"
 
 namespace monocu {
 
@@ -69,6 +71,39 @@ inline double measure_copy_bandwidth(cudaStream_t stream, size_t bytes = (size_t
     CUDA_CHECK(cudaFree(dst));
     std::sort(ms.begin(), ms.end());
     return 2.0 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9;
+}
+
+static __global__ void fill_bf16_kernel(bf16* p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)(i * 2654435761u) ^ seed;
+        h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
+        p[i] = __float2bfloat16_rn(((h & 0xFFFF) / 65536.f - 0.5f) * 0.1f);
+    }
+}
+
+// The prefill ceiling: a cuBLAS bf16 GEMM C[M][N] = A[M][K] B[N][K]^T on random data (median of 10).
+inline double measure_gemm_tflops(Gemm& g, int M, int N, int K, cudaStream_t stream) {
+    bf16 *a = nullptr, *b = nullptr;
+    float* c = nullptr;
+    CUDA_CHECK(cudaMalloc(&a, (size_t)M * K * 2));
+    CUDA_CHECK(cudaMalloc(&b, (size_t)N * K * 2));
+    CUDA_CHECK(cudaMalloc(&c, (size_t)M * N * 4));
+    fill_bf16_kernel<<<1024, 256, 0, stream>>>(a, (size_t)M * K, 1);
+    fill_bf16_kernel<<<1024, 256, 0, stream>>>(b, (size_t)N * K, 2);
+    LAUNCH_CHECK();
+    GpuTimer t(stream);
+    std::vector<float> ms;
+    for (int i = 0; i < 13; i++) {
+        t.start();
+        gemm_bf16(g, a, b, c, M, N, K, false, stream);
+        float m = t.stop();
+        if (i >= 3) ms.push_back(m);
+    }
+    CUDA_CHECK(cudaFree(a));
+    CUDA_CHECK(cudaFree(b));
+    CUDA_CHECK(cudaFree(c));
+    std::sort(ms.begin(), ms.end());
+    return 2.0 * M * N * K / (ms[ms.size() / 2] * 1e-3) / 1e12;
 }
 
 }  // namespace monocu

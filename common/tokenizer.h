@@ -521,13 +521,13 @@ struct Parser {
     }
 
     bool parse_count(int& min, int& max) {  // at '{': {m}, {m,}, {m,n}; false if not a counted repeat
-        size_t j = i + 1, start = j;
+        size_t j = i + 1;
         auto number = [&](int& v) {
             size_t s = j; v = 0;
             while (j < p.size() && p[j] >= '0' && p[j] <= '9') { v = v * 10 + (p[j] - '0'); if (v > 1000) fail("repeat count over 1000"); j++; }
             return j > s;
         };
-        if (!number(min)) { (void)start; return false; }
+        if (!number(min)) return false;
         max = min;
         if (j < p.size() && p[j] == ',') { j++; if (!number(max)) max = -1; }
         if (j >= p.size() || p[j] != '}') fail("bad {m,n}");

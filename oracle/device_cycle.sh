@@ -8,12 +8,16 @@
 #   info          GPU, driver, torch/transformers versions
 #   gputests      build/<arch>/gpu_tests (every kernel against its CPU reference, engine vs tiny models)
 #   tiny          make the tiny test models + float32 dumps (tests/data/models), then the engine test on them
-#   fid PRESET    random-weight model at a real shape: transformers fp32 + bf16 dumps of a 512-token prompt,
+#   fid PRESET INIT_STD EMBED_STD
+#                 random-weight model at a real shape: transformers fp32 + bf16 dumps of a 512-token prompt,
 #                 the engine's dump, oracle/compare.py (table + plot)
-#   bench PRESET  engine --bench at contexts 512 and 16k, and transformers eager beside it
+#   bench PRESETS oracle/bench.py (make bench) on the comma-separated presets
 #   train_start / train_wait   oracle/train_tiny.py in the background (models/pycoder-13m) / wait for it
 #   goldens       dumps + transformers greedy 128 tokens for the shipped model's 3 golden prompts
 #   chat          oracle/chat_goldens.py (tokenizer chat templates rendered by transformers)
+#   quanteval     oracle/quant_eval.py on the shipped model: fp8 / int4 / FP8 KV vs bf16, tools/quantize bit-identity
+#   gemvbench     build/<arch>/tools/bench_gemv (GEMV GB/s per shape and format)
+#   demo          the README's demo command, and the engine on bad input
 #   pack          tar what should come back into $OUT (split into <= 15 MB parts)
 set -u
 OUT=${OUT:-/tmp/monocu-out}
@@ -22,7 +26,8 @@ B=build/$ARCH
 W=${WORK:-/tmp/monocu-work}
 mkdir -p "$OUT" "$W/results" "$B"
 export PYTHONUNBUFFERED=1
-[ -d .carry/$ARCH ] && cp -f .carry/$ARCH/* "$B"/
+[ -d .carry/$ARCH ] && cp -rf .carry/$ARCH/* "$B"/
+[ -d .carry/tools ] && mkdir -p build/tools && cp -f .carry/tools/* build/tools/
 if ! ldconfig -p | grep -q libcublas.so.13; then  # fall back on the cuBLAS that torch's wheels carry
   lib=$(python3 -c "import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], 'lib'))" 2>/dev/null)
   [ -n "$lib" ] && export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
@@ -48,31 +53,20 @@ random_ids() {  # N VOCAB SEED -> stdout
   python3 -c "import numpy as np; print(' '.join(map(str, np.random.default_rng($3).integers(0, $2, $1))))"
 }
 
-stage_fid() {
-  local p=$1 m=$W/$1
-  [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$p" --out "$m" --shard 2GB > /dev/null
+stage_fid() {  # PRESET INIT_STD EMBED_STD
+  local p=$1 m=$W/$1-$2-$3
+  [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$p" --out "$m" --shard 2GB --init-std "$2" --embed-std "$3" > /dev/null
   random_ids 512 151936 7 > "$W/$p.ids"
   python3 oracle/dump.py --model "$m" --ids "$W/$p.ids" --out "$W/$p.ref32" --dtype float32
   python3 oracle/dump.py --model "$m" --ids "$W/$p.ids" --out "$W/$p.ref16" --dtype bfloat16
   "$B"/qwen3 -m "$m" --ids "$W/$p.ids" --dump-dir "$W/$p.ours" -n 1 --temp 0 -q > /dev/null
   python3 oracle/compare.py --ours "$W/$p.ours" --ref "$W/$p.ref32" --ref-bf16 "$W/$p.ref16" \
-    --plot "$R/fid_$p.png" --title "$p (random weights), engine vs transformers fp32" | tee "$R/fid_$p.txt"
-  rm -rf "$W/$p.ref32" "$W/$p.ref16" "$W/$p.ours"
+    --plot "$R/fid_$p-$2-$3.png" --title "$p (random, init std $2, embeddings $3) vs transformers fp32" | tee "$R/fid_$p-$2-$3.txt"
+  rm -rf "$W/$p.ref32" "$W/$p.ref16" "$W/$p.ours" "$m"
 }
 
-stage_bench() {
-  local p=$1 m=$W/$1
-  [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$p" --out "$m" --shard 4GB > /dev/null
-  {
-    for c in 512 16384; do
-      echo "--- $p engine, prompt $c"
-      "$B"/qwen3 -m "$m" --bench --n-prompt $c -n 128 2>&1
-    done
-    echo "--- $p engine, prompt 512, no CUDA graphs"
-    "$B"/qwen3 -m "$m" --bench --n-prompt 512 -n 128 --no-cuda-graphs 2>&1 | grep decode
-    echo "--- $p transformers"
-    python3 oracle/bench_hf.py --model "$m" --n-prompt 512 -n 64 2>&1 | grep hf
-  } | tee -a "$R/bench_$p.txt"
+stage_bench() {  # PRESETS (comma-separated): oracle/bench.py, the `make bench` matrix
+  python3 oracle/bench.py --engine "$B"/qwen3 --work "$W/bench" --out "$R/bench" --presets "$1" 2>&1 | tee -a "$R/bench.log" | grep -v "^|"
 }
 
 stage_train_start() {
@@ -112,9 +106,31 @@ stage_goldens() {
 }
 
 stage_chat() {
-  python3 oracle/chat_goldens.py tests/data/hf "$W/chat" > "$R/chat.log" 2>&1; tail -5 "$R/chat.log"
-  tar czf "$R/chat_goldens.tgz" -C "$W" chat
+  python3 oracle/chat_goldens.py tests/data/hf/chat_oracle "$W/chat" > "$R/chat.log" 2>&1; tail -5 "$R/chat.log"
+  cp "$W"/chat/chat_goldens.json "$R"/ 2>/dev/null
 }
+
+stage_quanteval() {
+  python3 oracle/make_fp8_checkpoint.py --model models/pycoder-13m --out "$W/pycoder-fp8" | tail -1
+  python3 oracle/quant_eval.py --engine "$B"/qwen3 --model models/pycoder-13m --quantize build/tools/quantize \
+    --fp8-layout "$W/pycoder-fp8" --out "$W/qe" 2>&1 | tee "$R/quant_eval.txt"
+  cp "$W"/qe/quant_eval.json "$R"/
+}
+
+stage_demo() {  # the README's main command (its last step; the machine has no apt for `make deps`), and bad input
+  "$B"/qwen3 -m models/pycoder-13m -p "$(printf 'def fibonacci(n):\n')" -n 200 -s 42 > "$R/demo.txt" 2>&1
+  cat "$R/demo.txt"
+  {
+    echo "--- long prompt, small context"; "$B"/qwen3 -m models/pycoder-13m -p "def f(x): return x" -c 4; echo "exit $?"
+    echo "--- no such model"; "$B"/qwen3 -m /nonexistent -p hi; echo "exit $?"
+    echo "--- bad flag"; "$B"/qwen3 -m models/pycoder-13m -p hi --temp warm; echo "exit $?"
+    echo "--- int4 sampling"; "$B"/qwen3 -m models/pycoder-13m -p "import numpy as np" -n 40 -s 1 --dtype int4 --kv-type fp8
+    echo "exit $?"
+  } > "$R/demo_errors.txt" 2>&1
+  cat "$R/demo_errors.txt"
+}
+
+stage_gemvbench() { "$B"/tools/bench_gemv 2>&1 | tee "$R/bench_gemv.txt"; }
 
 stage_pack() {
   tar czf "$OUT/results.tgz" -C "$W" results
@@ -124,7 +140,8 @@ stage_pack() {
 while [ $# -gt 0 ]; do
   s=$1; shift
   case $s in
-    fid|bench) log "$s $1"; "stage_$s" "$1"; shift ;;
+    fid) log "$s $1 $2 $3"; "stage_$s" "$1" "$2" "$3"; shift 3 ;;
+    bench) log "$s $1"; "stage_$s" "$1"; shift ;;
     *) log "$s"; "stage_$s" ;;
   esac
 done

@@ -3,8 +3,8 @@
 
     python3 oracle/make_test_models.py tests/data/models
 
-Each model: a tiny-* preset of make_model.py with its own storage dtype (so the loader's BF16, F16 and F32
-paths all run), prompt_ids.txt (100 seeded random ids), and ref/ = dump.py in float32 with 32 greedy
+Each model: a tiny-* preset of make_model.py (init std 0.1, embeddings 0.5) with its own storage dtype (so
+the loader's BF16, F16 and F32 paths all run), prompt_ids.txt (100 seeded random ids), and ref/ = dump.py in float32 with 32 greedy
 tokens. tests/test_gpu_engine.cu runs the engine on each and compares taps and greedy ids, no Python.
 """
 import os
@@ -18,13 +18,14 @@ import make_model  # noqa: E402
 
 MODELS = {"tiny-mha": "bfloat16", "tiny-gqa4": "bfloat16", "tiny-gqa8": "float32", "tiny-gqa2": "float16"}
 PROMPT, GREEDY = 100, 32
+EMBED_STD = 0.5  # logit std ~ sqrt(hidden) x 0.5: peaked enough that greedy steps rarely near-tie
 
 
 def main():
     root = sys.argv[1]
     for i, (name, dtype) in enumerate(MODELS.items()):
         d = os.path.join(root, name)
-        make_model.make(name, d, seed=100 + i, dtype=dtype)
+        make_model.make(name, d, seed=100 + i, dtype=dtype, embed_std=EMBED_STD)
         vocab = make_model.PRESETS[name]["vocab_size"]
         ids = np.random.default_rng(200 + i).integers(0, vocab, PROMPT).tolist()
         with open(os.path.join(d, "prompt_ids.txt"), "w") as f:

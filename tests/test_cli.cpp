@@ -47,12 +47,13 @@ TEST_CASE("llama.cpp flag names, short and long") {
     CHECK(l.prompt_file == "f.txt");
     CHECK(l.n_predict == -1);
     CHECK(l.bench);
-    CHECK(l.n_prompt == 64);
+    CHECK(l.n_prompt == std::vector<int>{64});
     CHECK_FALSE(l.cuda_graphs);
     CHECK(l.quiet);
     CHECK_FALSE(l.temp_set);
     CHECK(parse({"-h"}).help);
-    CHECK(parse({"-m", "d", "--bench"}).n_prompt == 512);
+    CHECK(parse({"-m", "d", "--bench"}).n_prompt == std::vector<int>{512});
+    CHECK(parse({"-m", "d", "--bench", "--n-prompt", "512,4096,16384"}).n_prompt == std::vector<int>{512, 4096, 16384});
 }
 
 TEST_CASE("bad flags and values are one-line usage errors naming the flag") {
@@ -68,6 +69,8 @@ TEST_CASE("bad flags and values are one-line usage errors naming the flag") {
     CHECK(usage_error({"-m", "d", "-p", "x", "--top-p", "1.5"}) == "--top-p: 1.5 is out of range [0, 1]");
     CHECK(usage_error({"-m", "d", "-p", "x", "--top-k", "2.5"}) == "--top-k: '2.5' is not an integer");
     CHECK(usage_error({"-m", "d", "-p", "x", "-s", "-1"}) == "-s: '-1' must be a non-negative integer");
+    CHECK(usage_error({"-m", "d", "--bench", "--n-prompt", "512,,9"}) == "--n-prompt: '' is not an integer");
+    CHECK(usage_error({"-m", "d", "--bench", "--n-prompt", "512,0"}) == "--n-prompt: 0 is out of range [1, 2147483647]");
     CHECK(usage_error({"-m", "d", "-p", "x", "--dtype", "fp4"}) == "--dtype: 'fp4' is not one of bf16, fp8, int4");
     CHECK(usage_error({"-m", "d", "-p", "x", "--kv-type", "int8"}) == "--kv-type: 'int8' is not one of bf16, fp8");
     CHECK(usage_error({"-p", "x"}) == "-m MODEL_DIR is required");

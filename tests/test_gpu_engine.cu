@@ -76,3 +76,29 @@ TEST_CASE("qwen3 engine matches transformers on the tiny test models") {
         CHECK(checked >= 8);
     }
 }
+
+// The model shipped in models/ against transformers on three prompts (tests/data/golden/): our tokenizer
+// gives transformers' prompt ids, every tap is within rel-L2 2e-2 of the float32 dump, and the greedy
+// 128 tokens (or up to the end-of-text token) equal transformers bf16's token for token.
+TEST_CASE("shipped model: greedy tokens identical to transformers on the golden prompts") {
+    std::string engine = std::string(MONOCU_BUILD_DIR) + "/qwen3", model = "models/pycoder-13m";
+    std::string root = "tests/data/golden/pycoder-13m";
+    REQUIRE_MESSAGE(access(engine.c_str(), X_OK) == 0, engine, " not built (run make)");
+    for (std::string p : {"p0", "p1", "p2"}) {
+        CAPTURE(p);
+        std::string dir = root + "/" + p;
+        TempDir out;
+        std::string cmd = engine + " -m " + model + " -f " + dir + "/prompt.txt --raw --temp 0 -n 128 -q --dump-dir " + out.path;
+        std::string log;
+        REQUIRE_MESSAGE(run_command(cmd, &log) == 0, log);
+        CHECK(npy_read(out / "prompt_ids.npy").data == npy_read(dir + "/ref/prompt_ids.npy").data);
+        for (const char* tap : {"embed", "layer_00", "layer_03", "layer_05", "final_norm", "logits"}) {
+            CAPTURE(tap);
+            double e = rel_l2(npy_read(out / (std::string(tap) + ".npy")), npy_read(dir + "/ref/" + tap + ".npy"));
+            CHECK_MESSAGE(e < 2e-2, "rel_l2 ", e);
+        }
+        std::vector<float> ours = npy_read(out / "ids.npy").data, ref = npy_read(dir + "/hf_bf16_ids.npy").data;
+        CHECK(ours == ref);
+        MESSAGE(p, ": ", ours.size(), " greedy tokens, ", ours == ref ? "identical" : "DIFFERENT");
+    }
+}

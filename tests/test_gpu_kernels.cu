@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 
 #include "attention.cuh"
+#include "kv_cache.cuh"
+#include "quant.h"
 #include "embed.cuh"
 #include "flash_decode.cuh"
 #include "gemm.cuh"
@@ -98,65 +101,88 @@ TEST_CASE("rope table: fp32 angles as transformers computes them, cos/sin accura
     CHECK_THROWS_WITH_AS(rope_inv_freq(rc, 128), doctest::Contains("rope_type 'yarn' is not supported"), UserError);
 }
 
-TEST_CASE("qk_norm_rope_cache: per-head RMSNorm, rotate-half RoPE, cache rows at pos..pos+T-1") {
-    Rng r(4);
-    for (int hd : {64, 128}) {
-        CAPTURE(hd);
-        int T = 5, pos0 = 11, nh = 4, nkv = 2, ctx = 32, row = (nh + 2 * nkv) * hd;
-        float eps = 1e-6f;
-        RopeConfig rc;
-        rc.theta = 10000;
-        GpuMemory mem;
-        RopeTable rope = make_rope_table(rc, hd, ctx, mem, 0);
-        auto cs = rope_cos_sin_host(rc, hd, ctx);
-        auto qkv = random_floats((size_t)T * row, r, 2.f);
-        auto qn = random_bf16_values(hd, r), kn = random_bf16_values(hd, r);
-        DeviceVec<float> d_qkv(qkv);
-        DeviceVec<bf16> d_qn(to_bf16(qn)), d_kn(to_bf16(kn)), d_q((size_t)T * nh * hd);
-        DeviceVec<bf16> d_k((size_t)nkv * ctx * hd), d_v((size_t)nkv * ctx * hd);
-        DeviceVec<int> d_pos(std::vector<int>{pos0});
-        qk_norm_rope_cache(d_qkv.p, T, d_pos.p, d_qn.p, d_kn.p, rope, d_q.p, d_k.p, d_v.p, nh, nkv, hd, ctx, eps, 0);
-        auto q = from_bf16(d_q.download()), k = from_bf16(d_k.download()), v = from_bf16(d_v.download());
-        std::vector<double> ref_q, ref_k, ref_v;
-        std::vector<float> got_q, got_k, got_v;
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < nh + 2 * nkv; h++) {
-                const float* x = &qkv[(size_t)t * row + (size_t)h * hd];
-                if (h >= nh + nkv) {
-                    for (int i = 0; i < hd; i++) {
-                        ref_v.push_back(x[i]);
-                        got_v.push_back(v[((size_t)(h - nh - nkv) * ctx + pos0 + t) * hd + i]);
-                    }
-                    continue;
-                }
-                const auto& w = h < nh ? qn : kn;
-                double ss = 0;
-                for (int i = 0; i < hd; i++) ss += (double)x[i] * x[i];
-                double inv = 1 / std::sqrt(ss / hd + eps);
-                for (int i = 0; i < hd; i++) {
-                    int half = hd / 2, j = i < half ? i : i - half;
-                    double a = x[j] * inv * w[j], b = x[j + half] * inv * w[j + half];
-                    double c = cs[(size_t)(pos0 + t) * half + j].x, s = cs[(size_t)(pos0 + t) * half + j].y;
-                    double val = i < half ? a * c - b * s : b * c + a * s;
-                    if (h < nh) {
-                        ref_q.push_back(val);
-                        got_q.push_back(q[((size_t)t * nh + h) * hd + i]);
-                    } else {
-                        ref_k.push_back(val);
-                        got_k.push_back(k[((size_t)(h - nh) * ctx + pos0 + t) * hd + i]);
-                    }
-                }
-            }
-        CHECK_CLOSE(compare(got_q, ref_q), 5e-3);
-        CHECK_CLOSE(compare(got_k, ref_k), 5e-3);
-        CHECK_CLOSE(compare(got_v, ref_v), 5e-3);
-        // Rows outside pos0..pos0+T-1 keep their poison: nothing else was written.
-        size_t untouched = 0;
-        for (int h = 0; h < nkv; h++)
-            for (int p = 0; p < ctx; p++)
-                if (p < pos0 || p >= pos0 + T) untouched += std::isnan(k[((size_t)h * ctx + p) * hd]) ? 1 : 0;
-        CHECK(untouched == (size_t)nkv * (ctx - T));
+// The cache row as floats: bf16 as is, FP8 times its scale.
+static float cache_value(const std::vector<uint8_t>& raw, const std::vector<float>& scales, KvType t, size_t row, int hd, int i) {
+    if (t == KvType::BF16) {
+        uint16_t b;
+        std::memcpy(&b, &raw[(row * hd + i) * 2], 2);
+        return bf16_bits_to_float(b);
     }
+    return e4m3_to_float(raw[row * hd + i]) * scales[row];
+}
+
+TEST_CASE("qk_norm_rope_cache: per-head RMSNorm, rotate-half RoPE, cache rows at pos..pos+T-1, bf16 and FP8 cache") {
+    Rng r(4);
+    for (KvType kt : {KvType::BF16, KvType::FP8})
+        for (int hd : {64, 128}) {
+            CAPTURE(hd);
+            CAPTURE((int)kt);
+            int T = 5, pos0 = 11, nh = 4, nkv = 2, ctx = 32, row = (nh + 2 * nkv) * hd;
+            float eps = 1e-6f;
+            RopeConfig rc;
+            rc.theta = 10000;
+            GpuMemory mem;
+            RopeTable rope = make_rope_table(rc, hd, ctx, mem, 0);
+            KvCache kv = kv_cache_create(kt, 1, nkv, ctx, hd, mem);
+            auto cs = rope_cos_sin_host(rc, hd, ctx);
+            auto qkv = random_floats((size_t)T * row, r, 2.f);
+            auto qn = random_bf16_values(hd, r), kn = random_bf16_values(hd, r);
+            DeviceVec<float> d_qkv(qkv);
+            DeviceVec<bf16> d_qn(to_bf16(qn)), d_kn(to_bf16(kn)), d_q((size_t)T * nh * hd);
+            DeviceVec<int> d_pos(std::vector<int>{pos0});
+            qk_norm_rope_cache(d_qkv.p, T, d_pos.p, d_qn.p, d_kn.p, rope, d_q.p, kt, kv.layer(0), nh, nkv, hd, ctx, eps, 0);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            size_t cache_bytes = kv.layer_elems() * kv.elem_bytes();
+            std::vector<uint8_t> k(cache_bytes), v(cache_bytes);
+            std::vector<float> ks((size_t)nkv * ctx, 1.f), vs((size_t)nkv * ctx, 1.f);
+            CUDA_CHECK(cudaMemcpy(k.data(), kv.k, cache_bytes, cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemcpy(v.data(), kv.v, cache_bytes, cudaMemcpyDeviceToHost));
+            if (kt == KvType::FP8) {
+                CUDA_CHECK(cudaMemcpy(ks.data(), kv.k_scale, ks.size() * 4, cudaMemcpyDeviceToHost));
+                CUDA_CHECK(cudaMemcpy(vs.data(), kv.v_scale, vs.size() * 4, cudaMemcpyDeviceToHost));
+            }
+            auto q = from_bf16(d_q.download());
+            std::vector<double> ref_q, ref_k, ref_v;
+            std::vector<float> got_q, got_k, got_v;
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < nh + 2 * nkv; h++) {
+                    const float* x = &qkv[(size_t)t * row + (size_t)h * hd];
+                    if (h >= nh + nkv) {
+                        for (int i = 0; i < hd; i++) {
+                            ref_v.push_back(x[i]);
+                            got_v.push_back(cache_value(v, vs, kt, (size_t)(h - nh - nkv) * ctx + pos0 + t, hd, i));
+                        }
+                        continue;
+                    }
+                    const auto& w = h < nh ? qn : kn;
+                    double ss = 0;
+                    for (int i = 0; i < hd; i++) ss += (double)x[i] * x[i];
+                    double inv = 1 / std::sqrt(ss / hd + eps);
+                    for (int i = 0; i < hd; i++) {
+                        int half = hd / 2, j = i < half ? i : i - half;
+                        double a = x[j] * inv * w[j], b = x[j + half] * inv * w[j + half];
+                        double c = cs[(size_t)(pos0 + t) * half + j].x, sn = cs[(size_t)(pos0 + t) * half + j].y;
+                        double val = i < half ? a * c - b * sn : b * c + a * sn;
+                        if (h < nh) {
+                            ref_q.push_back(val);
+                            got_q.push_back(q[((size_t)t * nh + h) * hd + i]);
+                        } else {
+                            ref_k.push_back(val);
+                            got_k.push_back(cache_value(k, ks, kt, (size_t)(h - nh) * ctx + pos0 + t, hd, i));
+                        }
+                    }
+                }
+            double cache_bound = kt == KvType::BF16 ? 5e-3 : 4e-2;  // e4m3: 3 mantissa bits
+            CHECK_CLOSE(compare(got_q, ref_q), 5e-3);
+            CHECK_CLOSE(compare(got_k, ref_k), cache_bound);
+            CHECK_CLOSE(compare(got_v, ref_v), cache_bound);
+            // Rows outside pos0..pos0+T-1 keep their poison (0xFF bytes): nothing else was written.
+            size_t untouched = 0;
+            for (int h = 0; h < nkv; h++)
+                for (int p = 0; p < ctx; p++)
+                    if (p < pos0 || p >= pos0 + T) untouched += k[((size_t)h * ctx + p) * hd * kv.elem_bytes()] == 0xFF ? 1 : 0;
+            CHECK(untouched == (size_t)nkv * (ctx - T));
+        }
 }
 
 // ---- matmuls ----
@@ -182,13 +208,15 @@ TEST_CASE("gemv: plain, residual add, fused rmsnorm, fused rmsnorm + swiglu, on 
         auto xb = random_bf16_values(K, r);
         DeviceVec<bf16> d_W(to_bf16(W)), d_xb(to_bf16(xb));
         DeviceVec<float> d_y(N);
-        gemv(d_W.p, d_xb.p, d_y.p, N, K, 0);
+        Linear L;
+        L.N = N, L.K = K, L.w = d_W.p;
+        gemv(L, d_xb.p, d_y.p, 0);
         auto ref = matmul_ref(W, xb, 1, N, K);
         CHECK_CLOSE(compare(d_y.download(), ref), 1e-5);
 
         auto y0 = random_floats(N, r);
         d_y.upload(y0);
-        gemv_add(d_W.p, d_xb.p, d_y.p, N, K, 0);
+        gemv_add(L, d_xb.p, d_y.p, 0);
         std::vector<double> ref_add(N);
         for (int n = 0; n < N; n++) ref_add[n] = ref[n] + y0[n];
         CHECK_CLOSE(compare(d_y.download(), ref_add), 1e-5);
@@ -202,12 +230,12 @@ TEST_CASE("gemv: plain, residual add, fused rmsnorm, fused rmsnorm + swiglu, on 
         DeviceVec<float> d_xf(xf);
         DeviceVec<bf16> d_nw(to_bf16(nw));
         d_y.poison();
-        gemv_rmsnorm(d_W.p, d_xf.p, d_nw.p, 1e-6f, d_y.p, N, K, 0);
+        gemv_rmsnorm(L, d_xf.p, d_nw.p, 1e-6f, d_y.p, 0);
         CHECK_CLOSE(compare(d_y.download(), matmul_ref(W, normed_b, 1, N, K)), 2e-3);
 
         if (N % 2 == 0) {
             DeviceVec<bf16> d_h(N / 2);
-            gemv_rmsnorm_swiglu(d_W.p, d_xf.p, d_nw.p, 1e-6f, d_h.p, N, K, 0);
+            gemv_rmsnorm_swiglu(L, d_xf.p, d_nw.p, 1e-6f, d_h.p, 0);
             auto gu = matmul_ref(W, normed_b, 1, N, K);
             std::vector<double> ref_h(N / 2);
             for (int i = 0; i < N / 2; i++) ref_h[i] = gu[2 * i] / (1 + std::exp(-gu[2 * i])) * gu[2 * i + 1];
@@ -259,55 +287,116 @@ static std::vector<double> attention_ref(const std::vector<float>& q, const std:
     return out;
 }
 
-TEST_CASE("prefill attention (tensor cores): GQA 1/2/4/8, head_dim 64/128, with and without earlier context") {
-    Rng r(7);
-    for (int hd : {64, 128})
-        for (int G : {1, 2, 4, 8})
-            for (auto tp : std::vector<std::pair<int, int>>{{1, 0}, {17, 0}, {64, 0}, {100, 0}, {203, 37}, {5, 130}}) {
-                int T = tp.first, pos0 = tp.second, nkv = 2, nh = nkv * G, ctx = pos0 + T + 3;
-                CAPTURE(hd);
-                CAPTURE(G);
-                CAPTURE(T);
-                CAPTURE(pos0);
-                auto q = random_bf16_values((size_t)T * nh * hd, r, 1.5f);
-                auto k = random_bf16_values((size_t)nkv * ctx * hd, r, 1.5f);
-                auto v = random_bf16_values((size_t)nkv * ctx * hd, r);
-                DeviceVec<bf16> d_q(to_bf16(q)), d_k(to_bf16(k)), d_v(to_bf16(v)), d_out((size_t)T * nh * hd);
-                DeviceVec<int> d_pos(std::vector<int>{pos0});
-                prefill_attention(d_q.p, d_k.p, d_v.p, d_pos.p, d_out.p, T, nh, nkv, hd, ctx, 0);
-                CHECK_CLOSE(compare(from_bf16(d_out.download()), attention_ref(q, k, v, T, pos0, nh, nkv, hd, ctx)), 1e-2);
+// A one-layer KV cache filled from host values; kref / vref are the values it really holds
+// (bf16-rounded, or FP8 codes times their row scale), which is what the reference must use.
+struct TestCache {
+    KvType type;
+    int hd;
+    std::unique_ptr<DeviceVec<uint8_t>> k, v;
+    std::unique_ptr<DeviceVec<float>> ks, vs;
+    std::vector<float> kref, vref;
+    KvLayer layer() const {
+        KvLayer L;
+        L.k = k->p, L.v = v->p;
+        if (type == KvType::FP8) L.k_scale = ks->p, L.v_scale = vs->p;
+        return L;
+    }
+};
+
+static void encode_cache_rows(KvType t, const std::vector<float>& x, int hd, std::vector<uint8_t>& raw, std::vector<float>& scales,
+                              std::vector<float>& ref) {
+    size_t rows = x.size() / hd;
+    raw.assign(x.size() * (t == KvType::BF16 ? 2 : 1), 0);
+    scales.assign(rows, 1.f);
+    ref.resize(x.size());
+    for (size_t r = 0; r < rows; r++) {
+        float amax = 0.f;
+        for (int i = 0; i < hd; i++) amax = std::fmax(amax, std::fabs(x[r * hd + i]));
+        float s = amax > 0 ? amax / 448.f : 1.f;
+        if (t == KvType::FP8) scales[r] = s;
+        for (int i = 0; i < hd; i++) {
+            size_t e = r * hd + i;
+            if (t == KvType::BF16) {
+                uint16_t b = float_to_bf16_bits(x[e]);
+                std::memcpy(&raw[2 * e], &b, 2);
+                ref[e] = bf16_bits_to_float(b);
+            } else {
+                raw[e] = float_to_e4m3(x[e] / s);
+                ref[e] = e4m3_to_float(raw[e]) * s;
             }
+        }
+    }
 }
 
-TEST_CASE("flash-decoding: contexts 1..16k, GQA 1/2/4/8, head_dim 64/128, several split counts") {
-    Rng r(8);
-    GpuMemory mem;
-    for (int hd : {64, 128})
-        for (int G : {1, 2, 4, 8})
-            for (int len : {1, 2, 63, 64, 65, 1000, 4096, 16384}) {
-                if (len == 16384 && G != 4 && G != 8) continue;  // the longest context on the common GQA ratios
-                int nkv = 2, nh = nkv * G, ctx = len + 5;
-                auto q = random_bf16_values((size_t)nh * hd, r, 1.5f);
-                auto k = random_bf16_values((size_t)nkv * ctx * hd, r, 1.5f);
-                auto v = random_bf16_values((size_t)nkv * ctx * hd, r);
-                DeviceVec<bf16> d_q(to_bf16(q)), d_k(to_bf16(k)), d_v(to_bf16(v)), d_out((size_t)nh * hd);
-                DeviceVec<int> d_pos(std::vector<int>{len - 1});
-                auto ref = attention_ref(q, k, v, 1, len - 1, nh, nkv, hd, ctx);
-                FlashDecode planned = flash_decode_plan(nh, nkv, hd, ctx, mem);
-                for (int splits : {1, 3, 16, planned.n_splits}) {
+static TestCache make_test_cache(KvType t, const std::vector<float>& k, const std::vector<float>& v, int hd) {
+    TestCache c;
+    c.type = t, c.hd = hd;
+    std::vector<uint8_t> raw;
+    std::vector<float> sc;
+    encode_cache_rows(t, k, hd, raw, sc, c.kref);
+    c.k = std::make_unique<DeviceVec<uint8_t>>(raw);
+    c.ks = std::make_unique<DeviceVec<float>>(sc);
+    encode_cache_rows(t, v, hd, raw, sc, c.vref);
+    c.v = std::make_unique<DeviceVec<uint8_t>>(raw);
+    c.vs = std::make_unique<DeviceVec<float>>(sc);
+    return c;
+}
+
+TEST_CASE("prefill attention (tensor cores): GQA 1/2/4/8, head_dim 64/128, earlier context, bf16 and FP8 cache") {
+    Rng r(7);
+    for (KvType kt : {KvType::BF16, KvType::FP8})
+        for (int hd : {64, 128})
+            for (int G : {1, 2, 4, 8})
+                for (auto tp : std::vector<std::pair<int, int>>{{1, 0}, {17, 0}, {64, 0}, {100, 0}, {203, 37}, {5, 130}}) {
+                    int T = tp.first, pos0 = tp.second, nkv = 2, nh = nkv * G, ctx = pos0 + T + 3;
+                    CAPTURE((int)kt);
                     CAPTURE(hd);
                     CAPTURE(G);
-                    CAPTURE(len);
-                    CAPTURE(splits);
-                    FlashDecode fd = planned;
-                    fd.n_splits = splits;
-                    fd.part_o = mem.alloc<float>((size_t)nh * splits * hd, "test");
-                    fd.part_ml = mem.alloc<float2>((size_t)nh * splits, "test");
-                    d_out.poison();
-                    flash_decode(fd, d_q.p, d_k.p, d_v.p, d_pos.p, d_out.p, 0);
+                    CAPTURE(T);
+                    CAPTURE(pos0);
+                    auto q = random_bf16_values((size_t)T * nh * hd, r, 1.5f);
+                    TestCache cache = make_test_cache(kt, random_floats((size_t)nkv * ctx * hd, r, 1.5f),
+                                                      random_floats((size_t)nkv * ctx * hd, r), hd);
+                    DeviceVec<bf16> d_q(to_bf16(q)), d_out((size_t)T * nh * hd);
+                    DeviceVec<int> d_pos(std::vector<int>{pos0});
+                    prefill_attention(d_q.p, kt, cache.layer(), d_pos.p, d_out.p, T, nh, nkv, hd, ctx, 0);
+                    auto ref = attention_ref(q, cache.kref, cache.vref, T, pos0, nh, nkv, hd, ctx);
                     CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), 1e-2);
                 }
-            }
+}
+
+TEST_CASE("flash-decoding: contexts 1..16k, GQA 1/2/4/8, head_dim 64/128, several split counts, bf16 and FP8 cache") {
+    Rng r(8);
+    GpuMemory mem;
+    for (KvType kt : {KvType::BF16, KvType::FP8})
+        for (int hd : {64, 128})
+            for (int G : {1, 2, 4, 8})
+                for (int len : {1, 2, 63, 64, 65, 1000, 4096, 16384}) {
+                    if (len == 16384 && G != 4 && G != 8) continue;  // the longest context on the common GQA ratios
+                    if (kt == KvType::FP8 && (len == 2 || len == 63 || len == 1000)) continue;
+                    int nkv = 2, nh = nkv * G, ctx = len + 5;
+                    auto q = random_bf16_values((size_t)nh * hd, r, 1.5f);
+                    TestCache cache = make_test_cache(kt, random_floats((size_t)nkv * ctx * hd, r, 1.5f),
+                                                      random_floats((size_t)nkv * ctx * hd, r), hd);
+                    DeviceVec<bf16> d_q(to_bf16(q)), d_out((size_t)nh * hd);
+                    DeviceVec<int> d_pos(std::vector<int>{len - 1});
+                    auto ref = attention_ref(q, cache.kref, cache.vref, 1, len - 1, nh, nkv, hd, ctx);
+                    FlashDecode planned = flash_decode_plan(nh, nkv, hd, ctx, mem);
+                    for (int splits : {1, 3, 16, planned.n_splits}) {
+                        CAPTURE((int)kt);
+                        CAPTURE(hd);
+                        CAPTURE(G);
+                        CAPTURE(len);
+                        CAPTURE(splits);
+                        FlashDecode fd = planned;
+                        fd.n_splits = splits;
+                        fd.part_o = mem.alloc<float>((size_t)nh * splits * hd, "test");
+                        fd.part_ml = mem.alloc<float2>((size_t)nh * splits, "test");
+                        d_out.poison();
+                        flash_decode(fd, d_q.p, kt, cache.layer(), d_pos.p, d_out.p, 0);
+                        CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), 1e-2);
+                    }
+                }
 }
 
 // ---- sampling ----

@@ -1,0 +1,105 @@
+// kv_cache.cuh — the KV cache: bf16, or FP8 E4M3 with one scale per (token, head).
+//
+// Usage:
+//   KvCache kv = kv_cache_create(KvType::FP8, n_layers, n_kv, ctx, head_dim, mem);
+//   KvLayer L = kv.layer(l);            // what the attention kernels and the cache writer take
+//   kv.bytes_per_token()                // K + V (+ scales) of one position over all layers
+//
+// Layout per layer: K and V [n_kv][ctx][head_dim] (one head's positions contiguous, so decode streams
+// each head's keys in order), FP8 scales [n_kv][ctx] float. An FP8 row is q = e4m3(x / s) with
+// s = max|x| / 448 over that head's head_dim values: per-token scales follow the keys' and values'
+// real range (RoPE'd keys of different positions differ), at 4 bytes per 128 (3% over 1 byte/elem).
+// Readers fold the scales into the math: score = (q . k_q) s_k, and o += (p s_v) v_q.
+#pragma once
+
+#include "gpu_memory.cuh"
+#include "quant.cuh"
+#include "reduce.cuh"
+
+namespace monocu {
+
+enum class KvType { BF16, FP8 };
+
+struct KvLayer {
+    void* k = nullptr;          // [n_kv][ctx][head_dim] bf16 or e4m3
+    void* v = nullptr;
+    float* k_scale = nullptr;   // [n_kv][ctx] (FP8 only)
+    float* v_scale = nullptr;
+};
+
+struct KvCache {
+    KvType type = KvType::BF16;
+    int layers = 0, n_kv = 0, ctx = 0, head_dim = 0;
+    uint8_t *k = nullptr, *v = nullptr;
+    float *k_scale = nullptr, *v_scale = nullptr;
+
+    size_t elem_bytes() const { return type == KvType::BF16 ? 2 : 1; }
+    size_t layer_elems() const { return (size_t)n_kv * ctx * head_dim; }
+    KvLayer layer(int l) const {
+        KvLayer L;
+        L.k = k + l * layer_elems() * elem_bytes();
+        L.v = v + l * layer_elems() * elem_bytes();
+        if (type == KvType::FP8) L.k_scale = k_scale + (size_t)l * n_kv * ctx, L.v_scale = v_scale + (size_t)l * n_kv * ctx;
+        return L;
+    }
+    size_t bytes_per_token() const {
+        return (size_t)layers * n_kv * 2 * (head_dim * elem_bytes() + (type == KvType::FP8 ? sizeof(float) : 0));
+    }
+};
+
+inline KvCache kv_cache_create(KvType type, int layers, int n_kv, int ctx, int head_dim, GpuMemory& mem) {
+    KvCache c;
+    c.type = type, c.layers = layers, c.n_kv = n_kv, c.ctx = ctx, c.head_dim = head_dim;
+    size_t n = (size_t)layers * c.layer_elems() * c.elem_bytes();
+    c.k = mem.alloc<uint8_t>(n, "kv cache");
+    c.v = mem.alloc<uint8_t>(n, "kv cache");
+    if (type == KvType::FP8) {
+        c.k_scale = mem.alloc<float>((size_t)layers * n_kv * ctx, "kv cache");
+        c.v_scale = mem.alloc<float>((size_t)layers * n_kv * ctx, "kv cache");
+    }
+    return c;
+}
+
+// Whole block: stores one head row of the cache, thread i owning elements i and i + half.
+template <KvType KV>
+__device__ __forceinline__ void kv_store_row(void* cache, float* scales, size_t row, int hd, int i, float a, float b) {
+    int half = hd / 2;
+    if constexpr (KV == KvType::BF16) {
+        bf16* dst = static_cast<bf16*>(cache) + row * hd;
+        dst[i] = __float2bfloat16_rn(a);
+        dst[i + half] = __float2bfloat16_rn(b);
+    } else {
+        float amax = block_max(fmaxf(fabsf(a), fabsf(b)));
+        float s = amax > 0.f ? amax / kE4M3Max : 1.f, rs = 1.f / s;
+        uint8_t* dst = static_cast<uint8_t*>(cache) + row * hd;
+        dst[i] = float_to_e4m3_dev(a * rs);
+        dst[i + half] = float_to_e4m3_dev(b * rs);
+        if (i == 0) scales[row] = s;
+    }
+}
+
+// 8 consecutive elements of a cache row as floats (scaled for FP8); p points at element 0 of the 8.
+template <KvType KV>
+struct KvLoad {
+    using Raw = typename std::conditional<KV == KvType::BF16, uint4, uint2>::type;  // 16 or 8 bytes
+    static __device__ __forceinline__ Raw load(const void* p) { return __ldcs(static_cast<const Raw*>(p)); }
+    static __device__ __forceinline__ void to_float(Raw r, float* f) {
+        if constexpr (KV == KvType::BF16) {
+            const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&r);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float2 t = __bfloat1622float2(p[k]);
+                f[2 * k] = t.x, f[2 * k + 1] = t.y;
+            }
+        } else {
+            const uint16_t* p = reinterpret_cast<const uint16_t*>(&r);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float2 t = e4m3x2_to_float2(p[k]);
+                f[2 * k] = t.x, f[2 * k + 1] = t.y;
+            }
+        }
+    }
+};
+
+}  // namespace monocu

@@ -1,0 +1,150 @@
+// quant.cuh — quantize bf16 weights on the GPU at load time, and dequantize tiles back for prefill GEMMs.
+//
+// Usage:
+//   quantize_fp8(w_bf16, q, scale, N, K, stream);           // per 128 inputs of a row: s = max|w| / 448
+//   quantize_int4_g128(w_bf16, packed, scales, N, K, stream); // per 128 weights: s = bf16(max|w| / 7)
+//   dequant_to_bf16(linear, out_bf16, stream);                // FP8 or INT4 Linear back to bf16 [N][K]
+//
+// The arithmetic is quant.h's, operation for operation (IEEE division, round-to-nearest-even), so the
+// GPU and tools/quantize on a CPU produce identical bits; tests/test_gpu_quant.cu checks that.
+// Prefill of quantized weights runs through cuBLAS in bf16: each projection is dequantized into a scratch
+// buffer right before its GEMM (reads 1 or 0.5 byte/weight, writes 2; cheap next to a 2k-token GEMM).
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include "gpu_memory.cuh"
+#include "quant.h"
+#include "reduce.cuh"
+
+namespace monocu {
+
+enum class WFormat { BF16, FP8, INT4 };
+
+inline const char* wformat_name(WFormat f) { return f == WFormat::BF16 ? "bf16" : f == WFormat::FP8 ? "fp8" : "int4"; }
+
+// One projection's weights as the GPU holds them: nn.Linear's [out_features][in_features], any format.
+struct Linear {
+    int N = 0, K = 0;            // out_features, in_features
+    WFormat fmt = WFormat::BF16;
+    void* w = nullptr;           // BF16: bf16 [N][K]; FP8: e4m3 [N][K]; INT4: bytes [N][K / 2]
+    void* scale = nullptr;       // FP8: float [N][K / kblock]; INT4: bf16 [N][K / 128]
+    int kblock = 0;              // FP8: weights along K sharing one scale (128; K when K % 128 != 0)
+    size_t bytes() const {       // what one GEMV reads
+        size_t n = (size_t)N, k = (size_t)K;
+        if (fmt == WFormat::BF16) return n * k * 2;
+        if (fmt == WFormat::FP8) return n * k + n * (k / kblock) * 4;
+        return n * k / 2 + n * (k / kInt4Group) * 2;
+    }
+};
+
+__device__ __forceinline__ uint8_t float_to_e4m3_dev(float x) {
+    return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint16_t v) {
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v), __NV_E4M3);
+    return __half22float2(*reinterpret_cast<__half2*>(&h));
+}
+
+// One warp per (row, block of kblock inputs): the block's max |w|, then every weight divided by max / 448.
+static __global__ void quantize_fp8_kernel(const bf16* __restrict__ w, uint8_t* __restrict__ q, float* __restrict__ scale, int kblock,
+                                           size_t n_blocks) {
+    size_t blk = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (blk >= n_blocks) return;
+    const bf16* x = w + blk * kblock;
+    float amax = 0.f;
+    for (int k = lane; k < kblock; k += 32) amax = fmaxf(amax, fabsf(__bfloat162float(x[k])));
+    amax = warp_max(amax);
+    float s = __fdiv_rn(amax, kE4M3Max);
+    if (s == 0.f) s = 1.f;
+    for (int k = lane; k < kblock; k += 32) q[blk * kblock + k] = float_to_e4m3_dev(__fdiv_rn(__bfloat162float(x[k]), s));
+    if (lane == 0) scale[blk] = s;
+}
+
+__device__ __forceinline__ float int4_q_dev(float w, float s) { return fminf(7.f, fmaxf(-8.f, rintf(__fdiv_rn(w, s)))); }
+
+// One thread per group of 128 weights, the clipping search of quant.h in the same order with the same
+// roundings (explicit _rn intrinsics: no fused multiply-adds), so the bits match tools/quantize.
+static __global__ void quantize_int4_kernel(const bf16* __restrict__ w, uint8_t* __restrict__ packed, bf16* __restrict__ scales,
+                                            size_t n_groups) {
+    size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (g >= n_groups) return;
+    const bf16* x = w + g * kInt4Group;
+    float amax = 0.f;
+    for (int k = 0; k < kInt4Group; k++) amax = fmaxf(amax, fabsf(__bfloat162float(x[k])));
+    float base = __fdiv_rn(amax, 7.f);
+    bf16 best = __float2bfloat16_rn(0.f);
+    double best_err = INFINITY;
+    for (int c = 0; c < kInt4ClipCount; c++) {
+        bf16 sb = __float2bfloat16_rn(__fmul_rn(base, int4_clip(c)));
+        float s = __bfloat162float(sb);
+        if (s == 0.f) {
+            best = sb;
+            break;
+        }
+        double err = 0;
+        for (int k = 0; k < kInt4Group; k++) {
+            float xf = __bfloat162float(x[k]);
+            double d = __dsub_rn((double)__fmul_rn(int4_q_dev(xf, s), s), (double)xf);
+            err = __dadd_rn(err, __dmul_rn(d, d));
+        }
+        if (err < best_err) best_err = err, best = sb;
+    }
+    float s = __bfloat162float(best);
+    uint8_t* dst = packed + g * (kInt4Group / 2);
+    for (int k = 0; k < kInt4Group; k += 2) {
+        int q0 = 0, q1 = 0;
+        if (s != 0.f) q0 = (int)int4_q_dev(__bfloat162float(x[k]), s), q1 = (int)int4_q_dev(__bfloat162float(x[k + 1]), s);
+        dst[k / 2] = (uint8_t)((q0 + 8) | ((q1 + 8) << 4));
+    }
+    scales[g] = best;
+}
+
+// scale: float [N][K / fp8_kblock(K)], row-major (a row's blocks are consecutive, as Linear wants them).
+inline void quantize_fp8(const bf16* w, uint8_t* q, float* scale, int N, int K, cudaStream_t s) {
+    size_t blocks = (size_t)N * (K / fp8_kblock(K));
+    quantize_fp8_kernel<<<(unsigned)CEIL_DIV(blocks * 32, 256), 256, 0, s>>>(w, q, scale, fp8_kblock(K), blocks);
+    LAUNCH_CHECK();
+}
+
+inline void quantize_int4_g128(const bf16* w, uint8_t* packed, bf16* scales, int N, int K, cudaStream_t s) {
+    if (K % kInt4Group != 0) die("int4: in_features %d is not a multiple of %d", K, kInt4Group);
+    size_t groups = (size_t)N * K / kInt4Group;
+    quantize_int4_kernel<<<(unsigned)CEIL_DIV(groups, 128), 128, 0, s>>>(w, packed, scales, groups);
+    LAUNCH_CHECK();
+}
+
+static __global__ void dequant_fp8_kernel(const uint8_t* __restrict__ q, const float* __restrict__ scale, int kblock, int n_kb,
+                                          bf16* __restrict__ out, int K, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n / 2; i += (size_t)gridDim.x * blockDim.x) {
+        size_t e = 2 * i, row = e / K;
+        int k = (int)(e % K);
+        float2 f = e4m3x2_to_float2(reinterpret_cast<const uint16_t*>(q)[i]);
+        float s = scale[row * n_kb + k / kblock];  // K is even and kblock a multiple of 2: one scale for the pair
+        reinterpret_cast<__nv_bfloat162*>(out)[i] = __floats2bfloat162_rn(f.x * s, f.y * s);
+    }
+}
+
+static __global__ void dequant_int4_kernel(const uint8_t* __restrict__ packed, const bf16* __restrict__ scales,
+                                           bf16* __restrict__ out, size_t n_bytes) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_bytes; i += (size_t)gridDim.x * blockDim.x) {
+        float s = __bfloat162float(scales[(2 * i) / kInt4Group]);
+        uint8_t b = packed[i];
+        reinterpret_cast<__nv_bfloat162*>(out)[i] = __floats2bfloat162_rn(((b & 0xF) - 8) * s, ((b >> 4) - 8) * s);
+    }
+}
+
+inline void dequant_to_bf16(const Linear& L, bf16* out, cudaStream_t s) {
+    size_t n = (size_t)L.N * L.K;
+    int grid = (int)std::min<size_t>(CEIL_DIV(n / 2, 256), 8192);
+    if (L.fmt == WFormat::FP8)
+        dequant_fp8_kernel<<<grid, 256, 0, s>>>((const uint8_t*)L.w, (const float*)L.scale, L.kblock, L.K / L.kblock, out, L.K, n);
+    else if (L.fmt == WFormat::INT4)
+        dequant_int4_kernel<<<grid, 256, 0, s>>>((const uint8_t*)L.w, (const bf16*)L.scale, out, n / 2);
+    else
+        die("dequant_to_bf16: the weights are bf16 already");
+    LAUNCH_CHECK();
+}
+
+}  // namespace monocu

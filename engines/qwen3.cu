@@ -1,0 +1,527 @@
+// qwen3.cu — the Qwen3 dense decoder (Qwen3-0.6B ... Qwen3-32B) in one file, top to bottom.
+//
+//   build/sm_90/qwen3 -m models/Qwen3-4B -p "Why is the sky blue?" -n 256
+//   build/sm_90/qwen3 -m models/Qwen3-4B --bench --n-prompt 512 -n 128
+//
+// Qwen3 (transformers' modeling_qwen3.py) is a Llama-style pre-norm decoder with two twists: RMSNorm on
+// every query and key head before RoPE (q_norm, k_norm), and no biases. One layer:
+//   h = x + o_proj(attn(rope(q_norm(q_proj(n))), rope(k_norm(k_proj(n))), v_proj(n))),  n = input_layernorm(x)
+//   x = h + down_proj(silu(gate_proj(m)) * up_proj(m)),                                  m = post_attention_layernorm(h)
+// The residual stream x stays fp32 on the GPU; matmul inputs are bf16; every accumulation is fp32.
+#include <cstdio>
+#include <random>
+
+#include "attention.cuh"
+#include "cli.h"
+#include "config.h"
+#include "embed.cuh"
+#include "flash_decode.cuh"
+#include "kv_cache.cuh"
+#include "linear.cuh"
+#include "load_linear.cuh"
+#include "prompt.h"
+#include "rope.cuh"
+#include "safetensors.h"
+#include "sampling.cuh"
+#include "taps.cuh"
+#include "timing.cuh"
+#include "chat.h"
+#include "tokenizer.h"
+
+using namespace monocu;
+
+// ---- Config ----
+
+// Qwen3Config's defaults in transformers, for keys a config.json leaves out.
+static const char* kQwen3Defaults = R"({
+  "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+  "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "hidden_act": "silu",
+  "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
+  "attention_bias": false, "use_sliding_window": false, "sliding_window": 4096, "max_window_layers": 28})";
+
+constexpr int kPrefillChunk = 2048;  // prompt tokens per prefill pass (bounds the activation buffers)
+
+struct Config {
+    ModelConfig hf;
+    int dim, ffn, n_layers, n_heads, n_kv, head_dim, vocab;
+    int q_dim, kv_dim;  // n_heads * head_dim, n_kv * head_dim
+    int ctx;            // KV-cache length in tokens
+    float eps;
+};
+
+static Config load_config(const std::string& dir, int ctx_flag) {
+    Config c;
+    c.hf = load_model_config(dir, nlohmann::json::parse(kQwen3Defaults));
+    const ModelConfig& h = c.hf;
+    if (h.model_type != "qwen3")
+        die("%s: model_type is '%s'; this engine runs 'qwen3' checkpoints", h.path.c_str(), h.model_type.c_str());
+    if (h.hidden_act != "silu") die("%s: hidden_act '%s' is not supported (silu)", h.path.c_str(), h.hidden_act.c_str());
+    if (h.attention_bias) die("%s: attention_bias = true is not supported", h.path.c_str());
+    if (h.sliding_window > 0) die("%s: use_sliding_window = true is not supported", h.path.c_str());
+    if (!h.quant.method.empty() && h.quant.method != "monocu" &&
+        !(h.quant.method == "fp8" && h.quant.weight_block_size == std::vector<int>{128, 128}))
+        die("%s: quantization_config '%s' is not supported (fp8 with 128x128 blocks, or tools/quantize output)", h.path.c_str(),
+            h.quant.method.c_str());
+    c.dim = h.hidden_size, c.ffn = h.intermediate_size, c.n_layers = h.num_hidden_layers;
+    c.n_heads = h.num_attention_heads, c.n_kv = h.num_key_value_heads, c.head_dim = h.head_dim, c.vocab = h.vocab_size;
+    c.q_dim = c.n_heads * c.head_dim, c.kv_dim = c.n_kv * c.head_dim;
+    c.eps = static_cast<float>(h.rms_norm_eps);
+    if (c.dim % 8 || c.ffn % 8) die("%s: hidden_size and intermediate_size must be multiples of 8", h.path.c_str());
+    if (c.head_dim != 64 && c.head_dim != 128) die("%s: head_dim %d is not supported (64, 128)", h.path.c_str(), c.head_dim);
+    if (c.n_heads / c.n_kv > 8) die("%s: %d query heads per KV head is not supported (at most 8)", h.path.c_str(), c.n_heads / c.n_kv);
+    c.ctx = ctx_flag > 0 ? ctx_flag : std::min(4096, h.max_position_embeddings);
+    if (c.ctx > h.max_position_embeddings)
+        std::fprintf(stderr, "warning: -c %d exceeds max_position_embeddings %d; quality past it is unknown\n", c.ctx,
+                     h.max_position_embeddings);
+    return c;
+}
+
+// ---- Weights ----
+
+struct Layer {
+    bf16* attn_norm;  // [dim]      input_layernorm
+    bf16* q_norm;     // [head_dim]
+    bf16* k_norm;     // [head_dim]
+    Linear qkv;       // [q_dim + 2 kv_dim][dim]   q_proj, k_proj, v_proj stacked by rows
+    Linear o;         // [dim][q_dim]              o_proj
+    bf16* mlp_norm;   // [dim]      post_attention_layernorm
+    Linear gate_up;   // [2 ffn][dim]              gate_proj and up_proj, rows interleaved (2i gate, 2i+1 up)
+    Linear down;      // [dim][ffn]                down_proj
+};
+
+struct Weights {
+    bf16* embed;      // [vocab][dim]   embed_tokens
+    std::vector<Layer> layers;
+    bf16* final_norm; // [dim]          model.norm
+    Linear lm_head;   // [vocab][dim]   lm_head, or embed_tokens when tied
+    size_t decode_bytes = 0;   // bytes one decode step reads
+    double matmul_params = 0;  // weights of the layer projections (a prefill token multiplies with each once)
+};
+
+static bf16* load_vector(const Checkpoint& ck, const std::string& name, int n, GpuMemory& mem, cudaStream_t s) {
+    bf16* d = mem.alloc<bf16>(n, "weights");
+    upload_bf16(ck.get(name, {n}), d, n, s);
+    return d;
+}
+
+// The weight format on the GPU: what --dtype asks for, or what a quantized checkpoint holds.
+static WFormat weight_format(const Options& o, const Checkpoint& ck) {
+    WFormat file = checkpoint_weight_format(ck, "model.layers.0.self_attn.q_proj");
+    WFormat flag = o.dtype == "fp8" ? WFormat::FP8 : o.dtype == "int4" ? WFormat::INT4 : WFormat::BF16;
+    return o.dtype_set || file == WFormat::BF16 ? flag : file;
+}
+
+static Weights load_weights(const Checkpoint& ck, const Config& c, WFormat fmt, GpuMemory& mem, cudaStream_t s) {
+    Weights w;
+    w.embed = mem.alloc<bf16>((size_t)c.vocab * c.dim, "weights");
+    upload_bf16(ck.get("model.embed_tokens.weight", {c.vocab, c.dim}), w.embed, c.dim, s);
+    for (int l = 0; l < c.n_layers; l++) {
+        std::string p = strf("model.layers.%d.", l);
+        Layer L;
+        L.attn_norm = load_vector(ck, p + "input_layernorm.weight", c.dim, mem, s);
+        L.q_norm = load_vector(ck, p + "self_attn.q_norm.weight", c.head_dim, mem, s);
+        L.k_norm = load_vector(ck, p + "self_attn.k_norm.weight", c.head_dim, mem, s);
+        std::string a = p + "self_attn.", m = p + "mlp.";
+        L.qkv = load_linear(ck, {{a + "q_proj", a + "k_proj", a + "v_proj"}, {c.q_dim, c.kv_dim, c.kv_dim}}, c.dim, fmt, mem, s);
+        L.o = load_linear(ck, {{a + "o_proj"}, {c.dim}}, c.q_dim, fmt, mem, s);
+        L.mlp_norm = load_vector(ck, p + "post_attention_layernorm.weight", c.dim, mem, s);
+        L.gate_up = load_linear(ck, {{m + "gate_proj", m + "up_proj"}, {c.ffn, c.ffn}, true}, c.dim, fmt, mem, s);
+        L.down = load_linear(ck, {{m + "down_proj"}, {c.dim}}, c.ffn, fmt, mem, s);
+        w.layers.push_back(L);
+        w.decode_bytes += L.qkv.bytes() + L.o.bytes() + L.gate_up.bytes() + L.down.bytes() + (2 * c.dim + 2 * c.head_dim) * 2;
+        for (const Linear* p : {&L.qkv, &L.o, &L.gate_up, &L.down}) w.matmul_params += (double)p->N * p->K;
+    }
+    w.final_norm = load_vector(ck, "model.norm.weight", c.dim, mem, s);
+    // The output projection: lm_head.weight, or embed_tokens when tied (Qwen3-0.6B/1.7B/4B). Quantizing on load
+    // leaves it bf16 next to FP8 layers (as Qwen's FP8 releases do: it costs FP8 a point of top-1 agreement) and
+    // makes it FP8 next to INT4 layers (kb/decisions.md); a pre-quantized checkpoint's is used as stored.
+    bool has_head = ck.find("lm_head.weight") || ck.find("lm_head.qweight");
+    if (!has_head && !c.hf.tie_word_embeddings)
+        die("%s: tie_word_embeddings is false but there is no tensor 'lm_head.weight'", c.hf.path.c_str());
+    bool prequantized = checkpoint_weight_format(ck, "model.layers.0.self_attn.q_proj") != WFormat::BF16;
+    WFormat head_fmt = fmt == WFormat::INT4 ? WFormat::FP8 : WFormat::BF16;
+    if (prequantized) head_fmt = has_head ? checkpoint_weight_format(ck, "lm_head") : WFormat::BF16;
+    if (!has_head && head_fmt == WFormat::BF16) {
+        w.lm_head.N = c.vocab, w.lm_head.K = c.dim, w.lm_head.w = w.embed;  // shares the table
+    } else {
+        w.lm_head = load_linear(ck, {{has_head ? "lm_head" : "model.embed_tokens"}, {c.vocab}}, c.dim, head_fmt, mem, s);
+    }
+    w.decode_bytes += w.lm_head.bytes() + c.dim * 2 /* final norm */ + c.dim * 2 /* one embedding row */;
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    return w;
+}
+
+// Largest projection a prefill must dequantize (0 with bf16 weights); the lm_head only when dumping.
+static size_t dequant_scratch_elems(const Weights& w, bool dumping) {
+    size_t n = 0;
+    for (const Layer& L : w.layers)
+        for (const Linear* p : {&L.qkv, &L.o, &L.gate_up, &L.down})
+            if (p->fmt != WFormat::BF16) n = std::max(n, (size_t)p->N * p->K);
+    if (dumping && w.lm_head.fmt != WFormat::BF16) n = std::max(n, (size_t)w.lm_head.N * w.lm_head.K);
+    return n;
+}
+
+// ---- State ----
+
+struct State {
+    float* x;          // [chunk][dim]               residual stream
+    float* qkv;        // [chunk][q_dim + 2 kv_dim]  projections before norm/rope
+    bf16* q;           // [chunk][q_dim]             queries after q_norm and rope
+    bf16* att;         // [chunk][q_dim]             attention output
+    bf16* h;           // [chunk][ffn]               silu(gate) * up
+    bf16* xb;          // [chunk][dim]               normalised input of a prefill matmul
+    float* gu;         // [chunk][2 ffn]             gate/up pairs (prefill)
+    float* logits;     // [logit_rows][vocab]
+    int logit_rows;
+    float* last_logits;  // the last token's row of logits: what the sampler reads
+    KvCache kv;        // [n_layers][n_kv][ctx][head_dim], bf16 or FP8 (kv_cache.cuh)
+    bf16* wb;          // [largest quantized projection] its bf16 copy during prefill
+    size_t wb_elems;
+    int* d_ids;        // [chunk] prompt token ids of the current pass
+    int* d_pos;        // position of the first token of the current pass
+    RopeTable rope;
+    FlashDecode fd;
+    Sampler sampler;
+    Gemm gemm;
+    LinearScratch scratch() { return LinearScratch{&gemm, xb, gu, wb, wb_elems}; }
+};
+
+static void alloc_state(State& s, const Config& c, const Weights& w, KvType kv_type, bool dumping, GpuMemory& mem,
+                        cudaStream_t stream) {
+    size_t T = kPrefillChunk;
+    int logit_rows = dumping ? kPrefillChunk : 1;
+    s.x = mem.alloc<float>(T * c.dim, "activations");
+    s.qkv = mem.alloc<float>(T * (c.q_dim + 2 * c.kv_dim), "activations");
+    s.q = mem.alloc<bf16>(T * c.q_dim, "activations");
+    s.att = mem.alloc<bf16>(T * c.q_dim, "activations");
+    s.h = mem.alloc<bf16>(T * c.ffn, "activations");
+    s.xb = mem.alloc<bf16>(T * c.dim, "activations");
+    s.gu = mem.alloc<float>(T * 2 * c.ffn, "activations");
+    s.logit_rows = logit_rows;
+    s.logits = mem.alloc<float>((size_t)logit_rows * c.vocab, "activations");
+    s.kv = kv_cache_create(kv_type, c.n_layers, c.n_kv, c.ctx, c.head_dim, mem);
+    s.wb_elems = dequant_scratch_elems(w, dumping);
+    s.wb = s.wb_elems ? mem.alloc<bf16>(s.wb_elems, "workspace") : nullptr;
+    s.d_ids = mem.alloc<int>(T, "activations");
+    s.d_pos = mem.alloc<int>(1, "activations");
+    s.rope = make_rope_table(c.hf.rope, c.head_dim, c.ctx, mem, stream);
+    s.fd = flash_decode_plan(c.n_heads, c.n_kv, c.head_dim, c.ctx, mem);
+    s.sampler = sampler_create(c.vocab, mem, stream);
+}
+
+// ---- forward ----
+
+static __global__ void advance_pos_kernel(int* pos, int n) { *pos += n; }
+
+// Runs T tokens (ids on the device) at positions *s.d_pos .. + T - 1 through the model, filling the KV
+// cache, and leaves the last token's logits at s.last_logits (all T rows in s.logits when taps are on).
+static void forward(const Config& c, const Weights& w, State& s, const int* ids, int T, const Taps& taps, cudaStream_t st) {
+    LinearScratch sc = s.scratch();
+    // x = embed_tokens(ids)
+    embedding(w.embed, ids, s.x, T, c.dim, c.vocab, st);
+    taps.f32("embed", s.x, T, c.dim, st);
+    for (int l = 0; l < c.n_layers; l++) {
+        const Layer& L = w.layers[l];
+        KvLayer kv = s.kv.layer(l);
+        // q, k, v = q_proj(n), k_proj(n), v_proj(n)  with n = input_layernorm(x)
+        linear_rmsnorm(L.qkv, s.x, L.attn_norm, c.eps, s.qkv, T, sc, st);
+        // q, k = rope(q_norm(q)), rope(k_norm(k));  cache[pos : pos + T] = k, v
+        qk_norm_rope_cache(s.qkv, T, s.d_pos, L.q_norm, L.k_norm, s.rope, s.q, s.kv.type, kv, c.n_heads, c.n_kv, c.head_dim,
+                           c.ctx, c.eps, st);
+        // a = softmax(q k^T / sqrt(head_dim) + causal_mask) v   over every cached position
+        if (T == 1) flash_decode(s.fd, s.q, s.kv.type, kv, s.d_pos, s.att, st);
+        else prefill_attention(s.q, s.kv.type, kv, s.d_pos, s.att, T, c.n_heads, c.n_kv, c.head_dim, c.ctx, st);
+        // x = x + o_proj(a)
+        linear_add(L.o, s.att, s.x, T, sc, st);
+        // h = silu(gate_proj(m)) * up_proj(m)  with m = post_attention_layernorm(x)
+        linear_rmsnorm_swiglu(L.gate_up, s.x, L.mlp_norm, c.eps, s.h, T, sc, st);
+        // x = x + down_proj(h)
+        linear_add(L.down, s.h, s.x, T, sc, st);
+        taps.f32(strf("layer_%02d", l), s.x, T, c.dim, st);
+    }
+    // logits = lm_head(norm(x))   for the last token, or for every token when dumping
+    int rows = taps.on() ? T : 1;
+    const float* x_rows = s.x + (size_t)(T - rows) * c.dim;
+    rmsnorm(x_rows, w.final_norm, s.xb, rows, c.dim, c.eps, st);
+    taps.bf16("final_norm", s.xb, rows, c.dim, st);
+    linear(w.lm_head, s.xb, s.logits, rows, sc, st);
+    taps.f32("logits", s.logits, rows, c.vocab, st);
+    s.last_logits = s.logits + (size_t)(rows - 1) * c.vocab;
+}
+
+// ---- generate ----
+
+static void set_pos(State& s, int pos, cudaStream_t st) {
+    CUDA_CHECK(cudaMemcpyAsync(s.d_pos, &pos, sizeof(int), cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));  // pos lives on this stack frame
+}
+
+// Prefill: the prompt in chunks of kPrefillChunk tokens, each one batched pass. Leaves the last token's
+// logits at s.last_logits and *s.d_pos at the prompt length.
+static void prefill(const Config& c, const Weights& w, State& s, const std::vector<int>& ids, const Taps& taps, cudaStream_t st) {
+    for (size_t at = 0; at < ids.size(); at += kPrefillChunk) {
+        int T = (int)std::min<size_t>(kPrefillChunk, ids.size() - at);
+        CUDA_CHECK(cudaMemcpyAsync(s.d_ids, ids.data() + at, T * sizeof(int), cudaMemcpyHostToDevice, st));
+        set_pos(s, (int)at, st);
+        forward(c, w, s, s.d_ids, T, taps, st);
+        sampler_mark_seen(s.sampler, s.d_ids, T, st);
+    }
+    set_pos(s, (int)ids.size(), st);
+}
+
+// One decode step: the token the sampler chose goes in, the next token comes out in *sampler.d_token.
+// Everything reads its position from the device, so the step can be captured once as a CUDA graph.
+static void decode_step(const Config& c, const Weights& w, State& s, const SamplingParams& sp, cudaStream_t st) {
+    forward(c, w, s, s.sampler.d_token, 1, Taps(), st);
+    sample(s.sampler, sp, s.last_logits, st);
+    advance_pos_kernel<<<1, 1, 0, st>>>(s.d_pos, 1);
+    LAUNCH_CHECK();
+}
+
+struct DecodeGraph {
+    bool warmed = false;  // the first step runs eagerly (one-time setup such as kernel attributes)
+    cudaGraphExec_t exec = nullptr;
+    ~DecodeGraph() {
+        if (exec) cudaGraphExecDestroy(exec);
+    }
+};
+
+static void run_decode_step(const Config& c, const Weights& w, State& s, const SamplingParams& sp, DecodeGraph* graph,
+                            cudaStream_t st) {
+    if (!graph || !graph->warmed) {
+        if (graph) graph->warmed = true;
+        return decode_step(c, w, s, sp, st);
+    }
+    if (!graph->exec) {  // capture on first use: the same kernels, replayed with one launch per token
+        cudaGraph_t g;
+        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        decode_step(c, w, s, sp, st);
+        CUDA_CHECK(cudaStreamEndCapture(st, &g));
+        CUDA_CHECK(cudaGraphInstantiate(&graph->exec, g, 0));
+        CUDA_CHECK(cudaGraphDestroy(g));
+    }
+    CUDA_CHECK(cudaGraphLaunch(graph->exec, st));
+}
+
+static int read_token(State& s, cudaStream_t st) {
+    int tok;
+    CUDA_CHECK(cudaMemcpyAsync(&tok, s.sampler.d_token, sizeof(int), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    return tok;
+}
+
+struct Timings {
+    double load_ms = 0, prompt_ms = 0, eval_ms = 0;
+    int prompt_tokens = 0, eval_tokens = 0;
+};
+
+static void print_timings(const Timings& t, double total_ms) {
+    auto line = [](const char* what, double ms, int n, const char* unit) {
+        std::fprintf(stderr, "monocu: %16s = %10.2f ms / %5d %-6s (%8.2f ms per token, %9.2f tokens per second)\n", what, ms, n,
+                     unit, n ? ms / n : 0.0, ms > 0 ? 1000.0 * n / ms : 0.0);
+    };
+    std::fprintf(stderr, "monocu: %16s = %10.2f ms\n", "load time", t.load_ms);
+    line("prompt eval time", t.prompt_ms, t.prompt_tokens, "tokens");
+    line("eval time", t.eval_ms, t.eval_tokens, "runs");
+    std::fprintf(stderr, "monocu: %16s = %10.2f ms / %5d tokens\n", "total time", total_ms, t.prompt_tokens + t.eval_tokens);
+}
+
+// Sampling settings: a flag wins, then generation_config.json, then llama.cpp's defaults.
+static SamplingParams sampling_params(const Options& o, const GenerationConfig& g) {
+    SamplingParams p;
+    bool gen_greedy = g.present && !g.do_sample;
+    p.temperature = (float)(o.temp_set ? o.temp : gen_greedy ? 0.0 : g.present ? g.temperature : o.temp);
+    p.top_k = o.top_k_set ? o.top_k : g.present ? g.top_k : o.top_k;
+    p.top_p = (float)(o.top_p_set ? o.top_p : g.present ? g.top_p : o.top_p);
+    p.min_p = (float)(o.min_p_set ? o.min_p : g.present ? g.min_p : o.min_p);
+    p.repetition_penalty = (float)(o.repeat_penalty_set ? o.repeat_penalty : g.present ? g.repetition_penalty : 1.0);
+    p.seed = o.seed_set ? o.seed : (uint64_t)std::chrono::high_resolution_clock::now().time_since_epoch().count();
+    return p;
+}
+
+// The prompt as token ids: --ids as given; text through the chat template unless --raw or the tokenizer
+// has none (user text is encoded as plain text, so it cannot smuggle in special tokens).
+static std::string prompt_text(const Options& o) { return o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file); }
+
+static std::vector<int> prompt_ids(const Options& o, const Config& c, const Tokenizer* tok) {
+    if (!o.ids_file.empty()) return read_ids_file(o.ids_file, c.vocab);
+    if (!tok) die("%s: no tokenizer.json; give the prompt as token ids with --ids", o.model.c_str());
+    std::string text = prompt_text(o);
+    std::vector<int> ids;
+    if (!o.raw && !tok->chat_template().empty()) {
+        std::vector<ChatMessage> msgs;
+        if (!o.system.empty()) msgs.push_back({"system", o.system});
+        msgs.push_back({"user", text});
+        ChatOptions co;
+        co.enable_thinking = !o.no_think;
+        ids = encode_chat(*tok, msgs, co);  // BOS comes from the template where the family has one
+    } else {
+        if (tok->add_bos() && tok->bos_id() >= 0) ids.push_back(tok->bos_id());
+        std::vector<int> body = tok->encode_plain(text);
+        ids.insert(ids.end(), body.begin(), body.end());
+    }
+    if (ids.empty()) die("the prompt is empty");
+    for (int id : ids)
+        if (id < 0 || id >= c.vocab) die("tokenizer produced id %d outside the model's vocabulary (%d)", id, c.vocab);
+    return ids;
+}
+
+static std::vector<int> end_of_generation_ids(const Config& c, const GenerationConfig& g, const Tokenizer* tok) {
+    std::vector<int> eos = c.hf.eos_token_ids;
+    eos.insert(eos.end(), g.eos_token_ids.begin(), g.eos_token_ids.end());
+    if (tok) {
+        std::vector<int> t = tok->eos_ids();
+        eos.insert(eos.end(), t.begin(), t.end());
+    }
+    return eos;
+}
+
+static int generate(const Options& o, const Config& c, const Weights& w, State& s, const Tokenizer* tok,
+                    const GenerationConfig& gen, Timings& tm, cudaStream_t st) {
+    std::vector<int> ids = prompt_ids(o, c, tok);
+    if ((int)ids.size() >= c.ctx)
+        die("the prompt is %zu tokens; the context holds %d (raise -c, up to max_position_embeddings %d)", ids.size(), c.ctx,
+            c.hf.max_position_embeddings);
+    if (!o.dump_dir.empty() && (int)ids.size() > kPrefillChunk)
+        die("--dump-dir: the prompt is %zu tokens; dumps cover one prefill pass of at most %d", ids.size(), kPrefillChunk);
+    SamplingParams sp = sampling_params(o, gen);
+    std::vector<int> eos = end_of_generation_ids(c, gen, tok);
+    if (o.verbose)
+        std::fprintf(stderr, "sampling: temp %.3g, top_k %d, top_p %.3g, min_p %.3g, repeat_penalty %.3g, seed %llu\n",
+                     sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.repetition_penalty, (unsigned long long)sp.seed);
+    Taps taps(o.dump_dir);
+    taps.ids("prompt_ids", ids);
+
+    // Output: text streamed through the tokenizer (whole UTF-8 characters only), or ids without one.
+    std::unique_ptr<StreamDecoder> out = tok ? std::make_unique<StreamDecoder>(*tok) : nullptr;
+    auto emit = [&](int id) {
+        std::string piece = out ? out->push(id) : strf("%d ", id);
+        std::fputs(piece.c_str(), stdout);
+        std::fflush(stdout);
+    };
+    if (o.raw && !o.quiet && o.ids_file.empty()) std::fputs(prompt_text(o).c_str(), stdout);  // a completion reads on from its prompt
+    double t0 = wall_ms();
+    prefill(c, w, s, ids, taps, st);
+    sample(s.sampler, sp, s.last_logits, st);
+    int tok_id = read_token(s, st);
+    tm.prompt_ms = wall_ms() - t0, tm.prompt_tokens = (int)ids.size();
+
+    std::vector<int> generated;
+    DecodeGraph graph;
+    FILE* trace = o.trace_file.empty() ? nullptr : std::fopen(o.trace_file.c_str(), "w");
+    if (!o.trace_file.empty() && !trace) die("--trace %s: cannot open for writing", o.trace_file.c_str());
+    if (trace) std::fprintf(trace, "token,position,ms\n");
+    double t1 = wall_ms();
+    int pos = (int)ids.size();
+    while (true) {
+        generated.push_back(tok_id);
+        bool is_eos = std::find(eos.begin(), eos.end(), tok_id) != eos.end();
+        if (!is_eos) emit(tok_id);
+        if (is_eos || (o.n_predict >= 0 && (int)generated.size() >= o.n_predict) || pos >= c.ctx) break;
+        double ts = wall_ms();
+        run_decode_step(c, w, s, sp, o.cuda_graphs ? &graph : nullptr, st);
+        tok_id = read_token(s, st);
+        pos++;
+        if (trace) std::fprintf(trace, "%zu,%d,%.4f\n", generated.size(), pos, wall_ms() - ts);
+    }
+    if (out) std::fputs(out->flush().c_str(), stdout);
+    std::fputs("\n", stdout);
+    if (trace) std::fclose(trace);
+    tm.eval_ms = wall_ms() - t1, tm.eval_tokens = (int)generated.size() - 1;
+    taps.ids("ids", generated);
+    if (pos >= c.ctx && !o.quiet) std::fprintf(stderr, "monocu: stopped at the end of the context (%d tokens)\n", c.ctx);
+    return 0;
+}
+
+// --bench: for each prompt length, a random prompt, a timed prefill, then greedy decode ignoring
+// end-of-generation tokens. Prints tok/s, bytes read per token, and both against ceilings measured in
+// this process: device copy bandwidth (decode) and a cuBLAS bf16 GEMM at 2048 tokens (prefill).
+static int bench(const Options& o, const Config& c, const Weights& w, State& s, cudaStream_t st) {
+    int n_gen = o.n_predict > 0 ? o.n_predict : 128;
+    double copy_gbs = measure_copy_bandwidth(st);
+    double gemm_tflops = measure_gemm_tflops(s.gemm, kPrefillChunk, 2 * c.ffn, c.dim, st);
+    std::printf("bench: ceilings: copy %.1f GB/s, cuBLAS bf16 GEMM %d x %d x %d %.1f TFLOP/s\n", copy_gbs, kPrefillChunk, 2 * c.ffn,
+                c.dim, gemm_tflops);
+    SamplingParams greedy;
+    DecodeGraph graph;
+    DecodeGraph* g = o.cuda_graphs ? &graph : nullptr;
+    std::mt19937 rng(1234);
+    for (size_t pi = 0; pi < o.n_prompt.size(); pi++) {
+        int n_prompt = o.n_prompt[pi];
+        std::vector<int> ids(n_prompt);
+        for (int& id : ids) id = (int)(rng() % c.vocab);
+        if (pi == 0) {  // warm-up: cuBLAS heuristics, module loading, then one eager decode step and the capture
+            prefill(c, w, s, ids, Taps(), st);
+            sample(s.sampler, greedy, s.last_logits, st);
+            for (int i = 0; i < 2; i++) run_decode_step(c, w, s, greedy, g, st), read_token(s, st);
+        }
+        GpuTimer timer(st);
+        timer.start();
+        prefill(c, w, s, ids, Taps(), st);
+        sample(s.sampler, greedy, s.last_logits, st);
+        float prefill_ms = timer.stop();
+        double t0 = wall_ms();
+        for (int i = 0; i < n_gen; i++) {
+            run_decode_step(c, w, s, greedy, g, st);
+            read_token(s, st);
+        }
+        double decode_ms = wall_ms() - t0;
+        // Prefill work: 2 flops per weight per token, plus causal attention (QK^T and PV: 2 T^2 q_dim per layer).
+        double flops = 2.0 * w.matmul_params * n_prompt + 2.0 * c.n_layers * (double)n_prompt * n_prompt * c.q_dim;
+        double avg_ctx = n_prompt + (n_gen + 1) / 2.0;
+        double kv_bytes = (double)s.kv.bytes_per_token() * avg_ctx;
+        double bytes = (double)w.decode_bytes + kv_bytes, tok_s = 1000.0 * n_gen / decode_ms;
+        double gbs = bytes * tok_s / 1e9, tflops = flops / (prefill_ms * 1e-3) / 1e12;
+        std::printf("bench: prefill %6d tokens: %9.2f ms, %9.1f tok/s, %6.1f TFLOP/s = %5.1f%% of the GEMM ceiling\n", n_prompt,
+                    prefill_ms, 1000.0 * n_prompt / prefill_ms, tflops, 100.0 * tflops / gemm_tflops);
+        std::printf("bench: decode  %6d tokens at context %d..%d: %.3f ms/tok, %.2f tok/s; read %.3f GB/tok (weights %.3f, kv %.3f); "
+                    "%.1f GB/s = %.1f%% of copy bandwidth\n",
+                    n_gen, n_prompt, n_prompt + n_gen, decode_ms / n_gen, tok_s, bytes / 1e9, w.decode_bytes / 1e9, kv_bytes / 1e9, gbs,
+                    100.0 * gbs / copy_gbs);
+    }
+    return 0;
+}
+
+// ---- main ----
+
+int main(int argc, char** argv) {
+    return run_main([&]() -> int {
+        Options o = parse_cli(argc, argv);
+        if (o.help) {
+            print_usage(stdout, "qwen3");
+            return 0;
+        }
+        double t_start = wall_ms();
+        require_cuda_device();
+        int bench_ctx = *std::max_element(o.n_prompt.begin(), o.n_prompt.end()) + (o.n_predict > 0 ? o.n_predict : 128);
+        Config c = load_config(o.model, o.bench ? std::max(o.ctx_size, bench_ctx) : o.ctx_size);
+        GenerationConfig gen = load_generation_config(o.model);
+        std::unique_ptr<Tokenizer> tok;  // optional with --ids (tiny test models ship none)
+        if (!o.bench && (o.ids_file.empty() || path_exists(o.model + "/tokenizer.json")))
+            tok = std::make_unique<Tokenizer>(Tokenizer::load(o.model));
+        Checkpoint ck = Checkpoint::open(o.model);
+
+        cudaStream_t st;
+        CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        GpuMemory mem;
+        WFormat fmt = weight_format(o, ck);
+        Weights w = load_weights(ck, c, fmt, mem, st);
+        State s;
+        alloc_state(s, c, w, o.kv_type == "fp8" ? KvType::FP8 : KvType::BF16, !o.dump_dir.empty(), mem, st);
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        Timings tm;
+        tm.load_ms = wall_ms() - t_start;
+        if (o.verbose || o.bench)
+            std::fprintf(stderr, "qwen3: %d layers, dim %d, %d/%d heads x %d, ffn %d, vocab %d, ctx %d; weights %s, kv %s; GPU memory: %s\n",
+                         c.n_layers, c.dim, c.n_heads, c.n_kv, c.head_dim, c.ffn, c.vocab, c.ctx, wformat_name(fmt),
+                         o.kv_type.c_str(), mem.report().c_str());
+        if (o.bench) return bench(o, c, w, s, st);
+        int rc = generate(o, c, w, s, tok.get(), gen, tm, st);
+        if (!o.quiet) {
+            print_timings(tm, wall_ms() - t_start);
+            std::fprintf(stderr, "monocu: GPU memory: %s\n", mem.report().c_str());
+        }
+        CUDA_CHECK(cudaStreamDestroy(st));
+        return rc;
+    });
+}

@@ -1,0 +1,163 @@
+// Quantized weights on the GPU: quantizers bit-identical to the CPU reference (quant.h), dequantization,
+// and the FP8 / INT4 GEMV kernels against a CPU dot product over the dequantized weights.
+#include <doctest/doctest.h>
+
+#include "gemv.cuh"
+#include "gpu_util.cuh"
+#include "quant.cuh"
+
+using namespace monocu;
+using namespace monocu_test;
+
+TEST_CASE("GPU quantizers produce the same bits as quant.h (what tools/quantize writes)") {
+    Rng r(11);
+    int N = 37, K = 1024;
+    auto w = random_bf16_values((size_t)N * K, r, 0.03f);
+    for (int n = 0; n < N; n += 5) w[(size_t)n * K + 7 * n] = round_to_bf16(0.5f + n * 0.01f);  // outliers
+    for (int k = 0; k < K; k++) w[(size_t)3 * K + k] = 0.f;  // an all-zero row
+    DeviceVec<bf16> d_w(to_bf16(w));
+    DeviceVec<uint8_t> d_q((size_t)N * K), d_p((size_t)N * K / 2);
+    DeviceVec<float> d_s((size_t)N * K / kFp8Block);
+    DeviceVec<bf16> d_gs((size_t)N * K / kInt4Group);
+    quantize_fp8(d_w.p, d_q.p, d_s.p, N, K, 0);
+    quantize_int4_g128(d_w.p, d_p.p, d_gs.p, N, K, 0);
+    auto q = d_q.download(), p = d_p.download();
+    auto s = d_s.download();
+    auto gs = d_gs.download();
+    size_t fp8_diff = 0, int4_diff = 0;
+    std::vector<uint8_t> cq(K), cp(K / 2);
+    std::vector<uint16_t> cgs(K / kInt4Group);
+    std::vector<float> cs(K / kFp8Block);
+    for (int n = 0; n < N; n++) {
+        quantize_fp8_row(&w[(size_t)n * K], K, cq.data(), cs.data());
+        for (int b = 0; b < K / kFp8Block; b++) fp8_diff += cs[b] != s[(size_t)n * (K / kFp8Block) + b];
+        for (int k = 0; k < K; k++) fp8_diff += cq[k] != q[(size_t)n * K + k];
+        quantize_int4_row(&w[(size_t)n * K], K, cp.data(), cgs.data());
+        for (int k = 0; k < K / 2; k++) int4_diff += cp[k] != p[(size_t)n * K / 2 + k];
+        for (int g = 0; g < K / kInt4Group; g++) int4_diff += cgs[g] != static_cast<__nv_bfloat16_raw>(gs[(size_t)n * K / kInt4Group + g]).x;
+    }
+    CHECK(fp8_diff == 0);
+    CHECK(int4_diff == 0);
+}
+
+// Host-side Linear of a given format from float weights (bf16-rounded), plus its dequantized values.
+struct HostLinear {
+    std::vector<float> deq;  // what the quantized weights represent
+    std::unique_ptr<DeviceVec<uint8_t>> w;
+    std::unique_ptr<DeviceVec<float>> fscale;
+    std::unique_ptr<DeviceVec<bf16>> bscale;
+    Linear L;
+};
+
+static HostLinear make_linear(WFormat fmt, const std::vector<float>& w, int N, int K, int kblock) {
+    HostLinear h;
+    h.L.N = N, h.L.K = K, h.L.fmt = fmt, h.L.kblock = kblock;
+    h.deq.resize(w.size());
+    if (fmt == WFormat::FP8) {
+        int n_kb = K / kblock;
+        std::vector<uint8_t> q((size_t)N * K);
+        std::vector<float> sc((size_t)N * n_kb);
+        for (int n = 0; n < N; n++)
+            for (int b = 0; b < n_kb; b++) {
+                size_t off = (size_t)n * K + (size_t)b * kblock;
+                quantize_fp8_block(&w[off], kblock, &q[off], &sc[(size_t)n * n_kb + b]);
+                for (int k = 0; k < kblock; k++) h.deq[off + k] = e4m3_to_float(q[off + k]) * sc[(size_t)n * n_kb + b];
+            }
+        h.w = std::make_unique<DeviceVec<uint8_t>>(q);
+        h.fscale = std::make_unique<DeviceVec<float>>(sc);
+        h.L.w = h.w->p, h.L.scale = h.fscale->p;
+    } else {
+        std::vector<uint8_t> p((size_t)N * K / 2);
+        std::vector<uint16_t> sc((size_t)N * K / kInt4Group);
+        for (int n = 0; n < N; n++) {
+            quantize_int4_row(&w[(size_t)n * K], K, &p[(size_t)n * K / 2], &sc[(size_t)n * K / kInt4Group]);
+            for (int k = 0; k < K; k++) h.deq[(size_t)n * K + k] = int4_dequant(&p[(size_t)n * K / 2], &sc[(size_t)n * K / kInt4Group], k);
+        }
+        std::vector<bf16> scb(sc.size());
+        for (size_t i = 0; i < sc.size(); i++) {
+            __nv_bfloat16_raw raw;
+            raw.x = sc[i];
+            scb[i] = bf16(raw);
+        }
+        h.w = std::make_unique<DeviceVec<uint8_t>>(p);
+        h.bscale = std::make_unique<DeviceVec<bf16>>(scb);
+        h.L.w = h.w->p, h.L.scale = h.bscale->p;
+    }
+    return h;
+}
+
+static std::vector<double> dot_ref(const std::vector<float>& W, const std::vector<float>& x, int N, int K) {
+    std::vector<double> y(N);
+    for (int n = 0; n < N; n++) {
+        double s = 0;
+        for (int k = 0; k < K; k++) s += (double)W[(size_t)n * K + k] * x[k];
+        y[n] = s;
+    }
+    return y;
+}
+
+TEST_CASE("FP8 (per channel and 128-blocks) and INT4 GEMV, all input/output modes, against dequantized weights") {
+    Rng r(12);
+    struct Case { WFormat fmt; int kblock; double bound; };
+    // x is staged in fp16 and chunks accumulate in fp16 (gemv.cuh): bounds a little above bf16's.
+    for (Case cs : {Case{WFormat::FP8, 0, 3e-3}, Case{WFormat::FP8, 128, 3e-3}, Case{WFormat::INT4, 0, 5e-3}})
+        for (auto shape : std::vector<std::pair<int, int>>{{2, 128}, {37, 256}, {515, 1024}, {4096, 2560}}) {
+            int N = shape.first, K = shape.second, kb = cs.kblock ? cs.kblock : K;
+            CAPTURE(wformat_name(cs.fmt));
+            CAPTURE(cs.kblock);
+            CAPTURE(N);
+            CAPTURE(K);
+            auto w = random_bf16_values((size_t)N * K, r, 0.05f);
+            HostLinear h = make_linear(cs.fmt, w, N, K, kb);
+            auto x = random_bf16_values(K, r);
+            DeviceVec<bf16> d_x(to_bf16(x));
+            DeviceVec<float> d_y(N);
+            gemv(h.L, d_x.p, d_y.p, 0);
+            auto ref = dot_ref(h.deq, x, N, K);
+            CHECK_CLOSE(compare(d_y.download(), ref), cs.bound);
+
+            auto y0 = random_floats(N, r);
+            d_y.upload(y0);
+            gemv_add(h.L, d_x.p, d_y.p, 0);
+            std::vector<double> ref_add(N);
+            for (int n = 0; n < N; n++) ref_add[n] = ref[n] + y0[n];
+            CHECK_CLOSE(compare(d_y.download(), ref_add), cs.bound);
+
+            auto xf = random_floats(K, r, 2.f);
+            auto nw = random_bf16_values(K, r);
+            double ss = 0;
+            for (float v : xf) ss += (double)v * v;
+            double inv = 1 / std::sqrt(ss / K + 1e-6);
+            std::vector<float> normed(K);
+            for (int k = 0; k < K; k++) normed[k] = round_to_bf16((float)(xf[k] * inv * nw[k]));
+            DeviceVec<float> d_xf(xf);
+            DeviceVec<bf16> d_nw(to_bf16(nw));
+            d_y.poison();
+            gemv_rmsnorm(h.L, d_xf.p, d_nw.p, 1e-6f, d_y.p, 0);
+            auto gu = dot_ref(h.deq, normed, N, K);
+            CHECK_CLOSE(compare(d_y.download(), gu), cs.bound);
+            if (N % 2 == 0 && N >= 32) {  // SwiGLU: enough outputs for a relative norm to mean something
+                DeviceVec<bf16> d_h(N / 2);
+                gemv_rmsnorm_swiglu(h.L, d_xf.p, d_nw.p, 1e-6f, d_h.p, 0);
+                std::vector<double> ref_h(N / 2);
+                for (int i = 0; i < N / 2; i++) ref_h[i] = gu[2 * i] / (1 + std::exp(-gu[2 * i])) * gu[2 * i + 1];
+                CHECK_CLOSE(compare(from_bf16(d_h.download()), ref_h), cs.bound + 5e-3);
+            }
+        }
+}
+
+TEST_CASE("dequant_to_bf16 gives back the quantized values, for the prefill GEMM") {
+    Rng r(13);
+    int N = 100, K = 512;
+    auto w = random_bf16_values((size_t)N * K, r, 0.05f);
+    for (auto fk : std::vector<std::pair<WFormat, int>>{{WFormat::FP8, K}, {WFormat::FP8, 128}, {WFormat::INT4, 0}}) {
+        CAPTURE(wformat_name(fk.first));
+        HostLinear h = make_linear(fk.first, w, N, K, fk.second);
+        DeviceVec<bf16> d_out((size_t)N * K);
+        dequant_to_bf16(h.L, d_out.p, 0);
+        auto out = from_bf16(d_out.download());
+        size_t bad = 0;
+        for (size_t i = 0; i < out.size(); i++) bad += out[i] != round_to_bf16(h.deq[i]);
+        CHECK(bad == 0);
+    }
+}

@@ -1,0 +1,122 @@
+// bench_gemv — decode GEMV bandwidth per projection shape and weight format (a microbenchmark, not a test).
+//
+//   build/sm_90/tools/bench_gemv            Qwen3-4B and Qwen3-8B projection shapes, bf16 / fp8 / int4, by block size
+//
+// Each shape runs on enough copies of its weights (rotated) that they never fit in L2, on random data,
+// timed with CUDA events over 50 launches; GB/s counts the bytes the kernel must read (weights + scales).
+// The same shapes through cuBLAS (bf16 GEMM with one column) are printed for comparison, with the device
+// copy bandwidth measured in the same process as the ceiling.
+#include <cstdio>
+#include <vector>
+
+#include "gemm.cuh"
+#include "gemv.cuh"
+#include "timing.cuh"
+
+using namespace monocu;
+
+struct GemvShape {
+    const char* model;
+    const char* name;
+    int N, K;
+};
+
+static void fill_random_bytes(void* p, size_t n) {
+    fill_pattern_kernel<<<1024, 256>>>(static_cast<uint32_t*>(p), n / 4);
+    LAUNCH_CHECK();
+}
+
+// Scales must be sane numbers (random bytes would be NaN/huge floats): fill with small positive values.
+static __global__ void fill_scales_kernel(float* f, bf16* b, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        if (f) f[i] = 1e-3f * (1 + (i % 7));
+        if (b) b[i] = __float2bfloat16_rn(1e-2f * (1 + (i % 5)));
+    }
+}
+
+static Linear make(WFormat fmt, int N, int K, int kblock, GpuMemory& mem) {
+    Linear L;
+    L.N = N, L.K = K, L.fmt = fmt, L.kblock = kblock;
+    size_t n = (size_t)N * K;
+    if (fmt == WFormat::BF16) {
+        L.w = mem.alloc<bf16>(n, "w");
+        fill_bf16_kernel<<<1024, 256>>>((bf16*)L.w, n, 7);
+    } else if (fmt == WFormat::FP8) {
+        L.w = mem.alloc<uint8_t>(n, "w");
+        fill_random_bytes(L.w, n);
+        size_t ns = (size_t)N * (K / kblock);
+        L.scale = mem.alloc<float>(ns, "s");
+        fill_scales_kernel<<<256, 256>>>((float*)L.scale, nullptr, ns);
+    } else {
+        L.w = mem.alloc<uint8_t>(n / 2, "w");
+        fill_random_bytes(L.w, n / 2);
+        size_t ns = n / kInt4Group;
+        L.scale = mem.alloc<bf16>(ns, "s");
+        fill_scales_kernel<<<256, 256>>>(nullptr, (bf16*)L.scale, ns);
+    }
+    LAUNCH_CHECK();
+    return L;
+}
+
+int main() {
+    return run_main([]() -> int {
+        require_cuda_device();
+        cudaStream_t st = 0;
+        double copy = measure_copy_bandwidth(st);
+        cudaDeviceProp prop;
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+        std::printf("device: %s, copy bandwidth %.1f GB/s, L2 %d MB\n", prop.name, copy, prop.l2CacheSize >> 20);
+        std::vector<GemvShape> shapes = {
+            {"4B", "qkv", 6144, 2560},    {"4B", "o", 2560, 4096},      {"4B", "gate_up", 19456, 2560},
+            {"4B", "down", 2560, 9728},   {"4B", "lm_head", 151936, 2560}, {"8B", "qkv", 6144, 4096},
+            {"8B", "o", 4096, 4096},      {"8B", "gate_up", 24576, 4096}, {"8B", "down", 4096, 12288},
+            {"8B", "lm_head", 151936, 4096},
+        };
+        struct Fmt { const char* name; WFormat f; };
+        std::vector<Fmt> fmts = {{"bf16", WFormat::BF16}, {"fp8", WFormat::FP8}, {"int4", WFormat::INT4}};
+        const int warp_choices[] = {0, 2, 4, 8};  // 0: the engine's rule
+        Gemm gemm;
+        for (const Fmt& f : fmts) {
+            std::printf("\n%s weights: GB/s (%% of copy) by warps per block; 'auto' is what the engines use\n", f.name);
+            std::printf("%-4s %-8s %7s %6s | %10s %10s %10s %10s |%s\n", "", "shape", "N", "K", "auto", "2", "4", "8",
+                        f.f == WFormat::BF16 ? " cuBLAS" : "");
+            for (const GemvShape& sh : shapes) {
+                std::printf("%-4s %-8s %7d %6d |", sh.model, sh.name, sh.N, sh.K);
+                float* y = nullptr;
+                bf16* x = nullptr;
+                CUDA_CHECK(cudaMalloc(&y, (size_t)sh.N * 4));
+                CUDA_CHECK(cudaMalloc(&x, (size_t)sh.K * 2));
+                fill_bf16_kernel<<<64, 256>>>(x, sh.K, 3);
+                GpuMemory mem;
+                Linear probe;
+                probe.N = sh.N, probe.K = sh.K, probe.fmt = f.f, probe.kblock = fp8_kblock(sh.K);
+                int copies = (int)std::max<size_t>(1, CEIL_DIV((size_t)4 * prop.l2CacheSize, probe.bytes()));
+                std::vector<Linear> Ls;
+                for (int i = 0; i < copies; i++) Ls.push_back(make(f.f, sh.N, sh.K, probe.kblock, mem));
+                const int iters = 50;
+                GpuTimer t(st);
+                for (int w : warp_choices) {
+                    gemv_forced_warps() = w;
+                    for (int i = 0; i < 3; i++) gemv(Ls[i % copies], x, y, st);
+                    t.start();
+                    for (int i = 0; i < iters; i++) gemv(Ls[i % copies], x, y, st);
+                    float ms = t.stop();
+                    double gbs = probe.bytes() * (double)iters / (ms * 1e-3) / 1e9;
+                    std::printf(" %5.0f (%2.0f%%)", gbs, 100 * gbs / copy);
+                }
+                gemv_forced_warps() = 0;
+                if (f.f == WFormat::BF16) {  // cuBLAS on the same bf16 copies
+                    t.start();
+                    for (int i = 0; i < iters; i++) gemm_bf16(gemm, x, (const bf16*)Ls[i % copies].w, y, 1, sh.N, sh.K, false, st);
+                    float cms = t.stop();
+                    double gbs = probe.bytes() * (double)iters / (cms * 1e-3) / 1e9;
+                    std::printf(" | %5.0f (%2.0f%%)", gbs, 100 * gbs / copy);
+                }
+                std::printf("\n");
+                CUDA_CHECK(cudaFree(y));
+                CUDA_CHECK(cudaFree(x));
+            }
+        }
+        return 0;
+    });
+}
