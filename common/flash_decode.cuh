@@ -60,22 +60,47 @@ __device__ __forceinline__ void softmax_merge(float& m, float& l, float* o, floa
     m = M;
 }
 
-// out[h][d] from every split's (m, l, o) of head h: M = max m_s, L = sum l_s 2^(m_s - M), o = sum o_s 2^(m_s - M) / L.
-__device__ __forceinline__ void flash_decode_merge_one(const float* part_o, const float2* part_ml, int n_splits, int hd, int h, int d,
-                                                       bf16* out) {
-    const volatile float2* ml = part_ml + (size_t)h * n_splits;  // written by other blocks of this launch
-    const volatile float* po = part_o + (size_t)h * n_splits * hd + d;
-    float M = -INFINITY;
-    for (int s = 0; s < n_splits; s++) M = fmaxf(M, ml[s].x);
-    float L = 0.f, o = 0.f;
-    for (int s = 0; s < n_splits; s++) {
-        float2 v = make_float2(ml[s].x, ml[s].y);
-        if (v.y == 0.f) continue;  // an idle split
-        float c = exp2f(v.x - M);
-        L += v.y * c;
-        o += po[(size_t)s * hd] * c;
+constexpr int kFdMaxSplits = 256;
+
+// Whole block, for heads h0 .. h0 + G - 1: out[h][d] from the active splits' (m, l, o):
+//   M = max m_s,  c_s = 2^(m_s - M),  L = sum l_s c_s,  out = sum o_s c_s / L.
+// The weights c_s are computed once per head into shared memory; then each thread sums its dims over the
+// splits with independent L2 loads (__ldcg: the partials were written by other blocks of this launch).
+__device__ __forceinline__ void flash_decode_merge(const float* part_o, const float2* part_ml, int n_splits, int n_active, int hd, int h0,
+                                                   int G, bf16* out) {
+    __shared__ float c[kFdMaxSplits];
+    __shared__ float inv_L;
+    for (int g = 0; g < G; g++) {
+        int h = h0 + g;
+        const float2* ml = part_ml + (size_t)h * n_splits;
+        float m_max = -INFINITY;
+        for (int s = threadIdx.x; s < n_active; s += blockDim.x) m_max = fmaxf(m_max, __ldcg(&ml[s]).x);
+        m_max = block_max(m_max);
+        float lsum = 0.f;
+        for (int s = threadIdx.x; s < n_active; s += blockDim.x) {
+            float2 v = __ldcg(&ml[s]);
+            float w = v.y > 0.f ? exp2f(v.x - m_max) : 0.f;  // an idle split has l = 0 (and m = -inf)
+            c[s] = w;
+            lsum += v.y * w;
+        }
+        lsum = block_sum(lsum);  // its barriers also publish c[]
+        if (threadIdx.x == 0) inv_L = 1.f / lsum;
+        __syncthreads();
+        const float* po = part_o + (size_t)h * n_splits * hd;
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+            float o = 0.f;
+#pragma unroll 8
+            for (int s = 0; s < n_active; s++) o = fmaf(__ldcg(po + (size_t)s * hd + d), c[s], o);
+            out[(size_t)h * hd + d] = __float2bfloat16_rn(o * inv_L);
+        }
+        __syncthreads();  // c[] and inv_L are reused by the next head
     }
-    out[(size_t)h * hd + d] = __float2bfloat16_rn(o / L);
+}
+
+// Keys per split for the live length: at least kFdMinChunk, a multiple of the keys a block covers per step.
+__device__ __forceinline__ int flash_decode_chunk(int len, int n_splits, int keys_per_step) {
+    int chunk = max(kFdMinChunk, (len + n_splits - 1) / n_splits);
+    return (chunk + keys_per_step - 1) / keys_per_step * keys_per_step;
 }
 
 template <int HD, int G, KvType KV>
@@ -94,9 +119,7 @@ __global__ void __launch_bounds__(kFdWarps * 32)
 
     const int split = blockIdx.x, kvh = blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = lane / LPK, dl = lane % LPK;
-    const int len = *d_pos + 1;
-    int chunk = max(kFdMinChunk, (len + n_splits - 1) / n_splits);
-    chunk = (chunk + KPB - 1) / KPB * KPB;
+    const int len = *d_pos + 1, chunk = flash_decode_chunk(len, n_splits, KPB);
     const int begin = split * chunk, end = min(len, begin + chunk);
 
     float qf[G][8], m[G], l[G], acc[G][8];
@@ -210,10 +233,7 @@ __global__ void __launch_bounds__(kFdWarps * 32)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
-        int h = kvh * G + e / HD, d = e % HD;
-        flash_decode_merge_one(part_o, part_ml, n_splits, HD, h, d, out);
-    }
+    flash_decode_merge(part_o, part_ml, n_splits, min(n_splits, (len + chunk - 1) / chunk), HD, kvh * G, G, out);
     if (threadIdx.x == 0) done[kvh] = 0;  // ready for the next step (CUDA graphs replay this kernel)
 }
 
@@ -226,7 +246,7 @@ inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ct
     FlashDecode fd;
     fd.n_heads = n_heads, fd.n_kv = n_kv, fd.head_dim = head_dim, fd.ctx = ctx;
     // About 4 blocks per SM at full context, never slices shorter than kFdMinChunk keys.
-    fd.n_splits = std::max(1, std::min(CEIL_DIV(4 * sms, n_kv), CEIL_DIV(ctx, kFdMinChunk)));
+    fd.n_splits = std::max(1, std::min({CEIL_DIV(4 * sms, n_kv), CEIL_DIV(ctx, kFdMinChunk), kFdMaxSplits}));
     fd.part_o = mem.alloc<float>((size_t)n_heads * fd.n_splits * head_dim, "workspace");
     fd.part_ml = mem.alloc<float2>((size_t)n_heads * fd.n_splits, "workspace");
     fd.done = mem.alloc<int>(n_kv, "workspace");

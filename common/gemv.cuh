@@ -15,9 +15,10 @@
 //     reads 512 contiguous bytes per row per step; 4 steps are issued before any use (8 independent 16-byte
 //     loads in flight per lane); loads bypass L1 (each weight byte is used once); fp32 accumulation across
 //     chunks; shuffle reduction at the end;
-//   - blocks have 8, 4 or 2 warps, the most that still gives >= 4 blocks per SM: a 2560-row projection in
-//     blocks of 16 rows would be 160 blocks on 132 SMs, i.e. one SM in five doing two blocks' work while the
-//     rest idle. Napkin: Qwen3-4B reads ~8.0 GB of bf16 weights per token; at 3.0 TB/s that is 2.7 ms.
+//   - blocks of 8 warps own 16 rows; when that makes too few blocks to keep every SM equally busy (a
+//     2560-row projection is 160 blocks on 132 SMs), K is split across a thread-block cluster of 2-8 blocks
+//     whose partial sums meet in distributed shared memory (Hopper; elsewhere no split).
+//     Napkin: Qwen3-4B reads ~8.0 GB of bf16 weights per token; at 3.0 TB/s that is 2.7 ms.
 // Per format, what a 16-byte chunk costs (lane instructions, roughly):
 //   bf16: 8 weights; x staged bf16; 8 fp32 FMAs after unpacking (~25)
 //   fp8:  16 weights; x staged fp16 and pre-scaled by 2^-8; the e4m3 pairs convert to half2 in one
@@ -29,6 +30,7 @@
 //         are widened per chunk and scaled by the group's scale.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include <type_traits>
@@ -43,7 +45,7 @@ namespace monocu {
 enum class GemvInput { BF16, F32_RMSNORM };
 enum class GemvOutput { STORE_F32, ADD_F32, SWIGLU_BF16 };
 
-constexpr int kGemvRowsPerWarp = 2, kGemvUnroll = 4, kGemvMaxWarps = 8;
+constexpr int kGemvRowsPerWarp = 2, kGemvUnroll = 4, kGemvWarps = 8, kGemvRowsPerBlock = kGemvWarps * kGemvRowsPerWarp;
 constexpr float kFp8XScale = 1.f / 256.f, kInt4XScale = 1.f / 16.f;
 
 // ---- input staging and output, shared by every format ----
@@ -207,82 +209,115 @@ __device__ __forceinline__ float row_scale(const Linear& L, int row) {
     return 1.f;
 }
 
+// Block b owns rows [16 (b / S), +16) and the S-th part (b % S) of K; S > 1 only on Hopper, where the S
+// blocks form a thread-block cluster and block 0 of the cluster adds the others' partial sums out of their
+// shared memory (distributed shared memory), in rank order: deterministic, no atomics, no extra launch.
 template <class F, GemvInput IN, GemvOutput OUT>
-__global__ void __launch_bounds__(kGemvMaxWarps * 32)
+__global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_kernel(Linear L, const void* __restrict__ x_in, const bf16* __restrict__ norm_w, float eps, float* __restrict__ y,
-                bf16* __restrict__ y_bf16) {
+                bf16* __restrict__ y_bf16, int S) {
     extern __shared__ __align__(16) unsigned char gemv_smem[];
     const int N = L.N, K = L.K;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    const int row0 = (blockIdx.x * warps + warp) * kGemvRowsPerWarp;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int part = blockIdx.x % S, row0 = (blockIdx.x / S * kGemvWarps + warp) * kGemvRowsPerWarp;
     const int row1 = min(row0 + 1, N - 1);  // a lone last row computes itself twice; the copy is dropped
     const bool active = row0 < N;
     const size_t row_bytes = (size_t)K * 16 / F::kPerChunk;
     const uint4* w0 = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(L.w) + (active ? row0 : 0) * row_bytes);
     const uint4* w1 = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(L.w) + (active ? row1 : 0) * row_bytes);
-    const int chunks = K / F::kPerChunk;
+    const int part_chunks = K / F::kPerChunk / S, c0 = part * part_chunks, k0 = c0 * F::kPerChunk;
 
     // The first batch of weight loads goes out before x is staged, so their latency overlaps the staging.
     uint4 a[kGemvUnroll], b[kGemvUnroll];
 #pragma unroll
     for (int u = 0; u < kGemvUnroll; u++) {
         int idx = lane + 32 * u;
-        if (active && idx < chunks) a[u] = __ldcs(w0 + idx), b[u] = __ldcs(w1 + idx);
+        if (active && idx < part_chunks) a[u] = __ldcs(w0 + c0 + idx), b[u] = __ldcs(w1 + c0 + idx);
     }
-    float inv = gemv_input_inv_rms<IN>(x_in, K, eps);
-    for (int i = threadIdx.x * 8; i < K; i += blockDim.x * 8) {
+    float inv = gemv_input_inv_rms<IN>(x_in, K, eps);  // the norm needs all of x, the staging only this part
+    for (int i = threadIdx.x * 8; i < part_chunks * F::kPerChunk; i += blockDim.x * 8) {
         float v[8];
-        gemv_input_8<IN>(x_in, norm_w, inv, i, v);
+        gemv_input_8<IN>(x_in, norm_w, inv, k0 + i, v);
         F::stage8(gemv_smem, i, v);
     }
     __syncthreads();
-    if (!active) return;
 
     float acc0 = 0.f, acc1 = 0.f;
-    for (int c = lane; c < chunks; c += 32 * kGemvUnroll) {
+    if (active) {
+        for (int c = lane; c < part_chunks; c += 32 * kGemvUnroll) {
 #pragma unroll
-        for (int u = 0; u < kGemvUnroll; u++) {
-            int idx = c + 32 * u;
-            if (idx >= chunks) continue;
-            acc0 = fmaf(F::dot(a[u], gemv_smem, idx), chunk_scale<F>(L, row0, idx), acc0);
-            acc1 = fmaf(F::dot(b[u], gemv_smem, idx), chunk_scale<F>(L, row1, idx), acc1);
-        }
+            for (int u = 0; u < kGemvUnroll; u++) {
+                int idx = c + 32 * u;
+                if (idx >= part_chunks) continue;
+                acc0 = fmaf(F::dot(a[u], gemv_smem, idx), chunk_scale<F>(L, row0, c0 + idx), acc0);
+                acc1 = fmaf(F::dot(b[u], gemv_smem, idx), chunk_scale<F>(L, row1, c0 + idx), acc1);
+            }
 #pragma unroll
-        for (int u = 0; u < kGemvUnroll; u++) {  // the next batch
-            int idx = c + 32 * kGemvUnroll + 32 * u;
-            if (idx < chunks) a[u] = __ldcs(w0 + idx), b[u] = __ldcs(w1 + idx);
+            for (int u = 0; u < kGemvUnroll; u++) {  // the next batch
+                int idx = c + 32 * kGemvUnroll + 32 * u;
+                if (idx < part_chunks) a[u] = __ldcs(w0 + c0 + idx), b[u] = __ldcs(w1 + c0 + idx);
+            }
         }
+        acc0 = warp_sum(acc0);
+        acc1 = warp_sum(acc1);
     }
-    acc0 = warp_sum(acc0) * row_scale<F>(L, row0);
-    acc1 = warp_sum(acc1) * row_scale<F>(L, row1);
-    if (lane == 0) gemv_write<OUT>(acc0, acc1, row0, N, y, y_bf16);
+#if __CUDA_ARCH__ >= 900
+    if (S > 1) {
+        __shared__ float2 partial[kGemvWarps];
+        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+        if (lane == 0) partial[warp] = make_float2(acc0, acc1);
+        cluster.sync();
+        if (part == 0 && lane == 0) {
+            acc0 = acc1 = 0.f;
+            for (int r = 0; r < S; r++) {
+                float2 p = cluster.map_shared_rank(partial, r)[warp];
+                acc0 += p.x, acc1 += p.y;
+            }
+        }
+        cluster.sync();  // the other blocks' shared memory must outlive the reads
+    }
+#endif
+    if (active && part == 0 && lane == 0)
+        gemv_write<OUT>(acc0 * row_scale<F>(L, row0), acc1 * row_scale<F>(L, row1), row0, N, y, y_bf16);
 }
 
 // ---- launch: format dispatch, block size, checks ----
 
-inline int gemv_sm_count() {
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
+struct GemvDevice {
+    int sms = 0;
+    bool clusters = false;  // thread-block clusters (compute capability 9.0+)
+};
+inline const GemvDevice& gemv_device() {
+    static GemvDevice d = [] {
+        GemvDevice g;
+        int dev = 0, major = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    }
-    return sms;
+        CUDA_CHECK(cudaDeviceGetAttribute(&g.sms, cudaDevAttrMultiProcessorCount, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        g.clusters = major >= 9;
+        return g;
+    }();
+    return d;
 }
 
-// A fixed block size instead of the rule below (0: the rule); tools/bench_gemv compares them.
-inline int& gemv_forced_warps() {
+// A fixed split of K instead of the rule below (0: the rule); tools/bench_gemv compares them.
+inline int& gemv_forced_splits() {
     static int forced = 0;
     return forced;
 }
 
-// 8, 4 or 2 warps per block: the most that still gives at least 4 blocks per SM.
-inline int gemv_warps_per_block(int N) {
-    if (gemv_forced_warps()) return gemv_forced_warps();
-    int sms = gemv_sm_count();
-    for (int w = kGemvMaxWarps; w > 2; w /= 2)
-        if (CEIL_DIV(N, w * kGemvRowsPerWarp) >= 4 * sms) return w;
-    return 2;
+// Splits of K (1, 2, 4 or 8): only when there are fewer blocks of 16 rows than SMs (Qwen3-0.6B's 1024-row
+// projections: 64 blocks for 132 SMs), the fewest that give every SM a block, while every lane keeps at least
+// one 16-byte chunk per part. Measured (kb/status.md): splitting shapes that already fill the SMs, such as
+// 160 blocks for 132 SMs, costs more in cluster synchronisation than it gains in balance.
+inline int gemv_splits(int N, int chunks) {
+    const GemvDevice& d = gemv_device();
+    auto fits = [&](int s) { return chunks % s == 0 && chunks / s >= 32; };
+    if (gemv_forced_splits()) return d.clusters && fits(gemv_forced_splits()) ? gemv_forced_splits() : 1;
+    if (!d.clusters) return 1;
+    int blocks = CEIL_DIV(N, kGemvRowsPerBlock), s = 1;
+    while (s < 8 && blocks * s < d.sms && fits(2 * s)) s *= 2;
+    return s;
 }
 
 template <class F, GemvInput IN, GemvOutput OUT>
@@ -293,11 +328,20 @@ inline void gemv_launch_format(const Linear& L, const void* x, const bf16* norm_
         CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<F, IN, OUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
         raised = true;
     }
-    size_t smem = F::smem_bytes(L.K);
+    int S = gemv_splits(L.N, L.K / F::kPerChunk);
+    size_t smem = F::smem_bytes(L.K / S);
     if (smem > 96 * 1024) die("gemv: K = %d is too large for the shared-memory copy of x", L.K);
-    int warps = gemv_warps_per_block(L.N);
-    gemv_kernel<F, IN, OUT><<<CEIL_DIV(L.N, warps * kGemvRowsPerWarp), warps * 32, smem, stream>>>(L, x, norm_w, eps, y, y_bf16);
-    LAUNCH_CHECK();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(CEIL_DIV(L.N, kGemvRowsPerBlock) * S);
+    cfg.blockDim = dim3(kGemvWarps * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = S, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = S > 1 ? 1 : 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<F, IN, OUT>, L, x, norm_w, eps, y, y_bf16, S));
 }
 
 template <GemvInput IN, GemvOutput OUT>

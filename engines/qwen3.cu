@@ -12,6 +12,7 @@
 #include <random>
 
 #include "attention.cuh"
+#include "chat.h"
 #include "cli.h"
 #include "config.h"
 #include "embed.cuh"
@@ -25,7 +26,6 @@
 #include "sampling.cuh"
 #include "taps.cuh"
 #include "timing.cuh"
-#include "chat.h"
 #include "tokenizer.h"
 
 using namespace monocu;
@@ -399,7 +399,9 @@ static int generate(const Options& o, const Config& c, const Weights& w, State& 
         std::fputs(piece.c_str(), stdout);
         std::fflush(stdout);
     };
-    if (o.raw && !o.quiet && o.ids_file.empty()) std::fputs(prompt_text(o).c_str(), stdout);  // a completion reads on from its prompt
+    // A raw prompt (no chat template) is a text to continue: print it first so the completion reads on from it.
+    bool raw_prompt = o.ids_file.empty() && (o.raw || tok->chat_template().empty());
+    if (raw_prompt && !o.quiet) std::fputs(prompt_text(o).c_str(), stdout);
     double t0 = wall_ms();
     prefill(c, w, s, ids, taps, st);
     sample(s.sampler, sp, s.last_logits, st);
@@ -426,6 +428,7 @@ static int generate(const Options& o, const Config& c, const Weights& w, State& 
     }
     if (out) std::fputs(out->flush().c_str(), stdout);
     std::fputs("\n", stdout);
+    std::fflush(stdout);  // before the timings on stderr
     if (trace) std::fclose(trace);
     tm.eval_ms = wall_ms() - t1, tm.eval_tokens = (int)generated.size() - 1;
     taps.ids("ids", generated);

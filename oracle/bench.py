@@ -70,7 +70,8 @@ def write_report(results, device, out):
                 lines.append(f"| {preset} | {dtype} | {kv} | - | error: {run['error'][:80]} | | | | | |")
                 continue
             for ctx in CONTEXTS:
-                d, p = run["decode"].get(ctx), run["prefill"].get(ctx)
+                d = run["decode"].get(ctx) or run["decode"].get(str(ctx))
+                p = run["prefill"].get(ctx) or run["prefill"].get(str(ctx))
                 if not d:
                     continue
                 hf = r["hf"].get(str(ctx), {}).get("decode", {}).get("tok_s")
@@ -95,8 +96,8 @@ def plot(results, path):
         for key, run in r["engine"].items():
             if "decode" not in run:
                 continue
-            xs = sorted(run["decode"])
-            ax.plot(xs, [run["decode"][x]["tok_s"] for x in xs], "o-", label=key)
+            xs = sorted(run["decode"], key=int)
+            ax.plot([int(x) for x in xs], [run["decode"][x]["tok_s"] for x in xs], "o-", label=key)
         hf = [(int(c), v["decode"]["tok_s"]) for c, v in r["hf"].items() if "decode" in v]
         if hf:
             ax.plot([h[0] for h in hf], [h[1] for h in hf], "k--", label="transformers eager")
@@ -112,12 +113,24 @@ def plot(results, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--engine", required=True)
-    ap.add_argument("--work", required=True)
+    ap.add_argument("--engine")
+    ap.add_argument("--work")
     ap.add_argument("--out", required=True)
     ap.add_argument("--presets", default="qwen3-0.6b,qwen3-4b,qwen3-8b")
     ap.add_argument("--hf-contexts", default="512,4096")
+    ap.add_argument("--report-from", nargs="+", help="bench.json files of earlier runs: merge them into one report, run nothing")
     a = ap.parse_args()
+    if a.report_from:
+        merged, device = {}, None
+        for f in a.report_from:
+            j = json.load(open(f))
+            device = device or j["device"]
+            merged.update(j["results"])
+        os.makedirs(a.out, exist_ok=True)
+        json.dump(dict(device=device, results=merged), open(os.path.join(a.out, "bench.json"), "w"), indent=1)
+        write_report(merged, device, a.out)
+        plot(merged, os.path.join(a.out, "bench.png"))
+        return
     import torch
     import make_model
     device = torch.cuda.get_device_name()

@@ -61,7 +61,9 @@ def top1_agreement(ours, ref32, ref16):
         err = err + np.sqrt(np.mean((l16 - l32) ** 2, axis=1))
     clear = gap > 2 * err
     agree = np.argmax(lo, axis=1) == np.argmax(target, axis=1)
-    return int(clear.sum()), int((agree & clear).sum()), int(agree.sum()), len(agree)
+    agree32 = np.argmax(lo, axis=1) == np.argmax(l32, axis=1)
+    ref16_wrong = int((clear & (np.argmax(target, axis=1) != np.argmax(l32, axis=1))).sum()) if l16 is not None else 0
+    return int(clear.sum()), int((agree & clear).sum()), int(agree.sum()), len(agree), int((agree32 & clear).sum()), ref16_wrong
 
 
 def greedy_prefix(ours, ref):
@@ -114,11 +116,13 @@ def main():
         flag = "" if r <= a.bound else "  <-- over bound"
         ok &= r <= a.bound
         print(f"{name:<12} {r:10.3e} {m:10.3e} {hb}{flag}")
-    n_clear, n_agree_clear, n_agree, n = top1_agreement(a.ours, a.ref, a.ref_bf16)
+    n_clear, n_agree_clear, n_agree, n, n_agree32, ref16_wrong = top1_agreement(a.ours, a.ref, a.ref_bf16)
     frac = n_agree_clear / max(n_clear, 1)
     ok &= frac >= a.min_top1
     print(f"top-1 vs transformers {'bf16' if a.ref_bf16 else 'fp32'}: {n_agree_clear}/{n_clear} clear positions "
           f"({100 * frac:.2f}%), {n_agree}/{n} of all positions")
+    print(f"top-1 vs transformers fp32: {n_agree32}/{n_clear} clear positions ({100 * n_agree32 / max(n_clear, 1):.2f}%)"
+          + (f"; transformers bf16 itself differs from fp32 on {ref16_wrong} of them" if a.ref_bf16 else ""))
     g = greedy_prefix(a.ours, a.ref_bf16 or a.ref)
     if g:
         print(f"greedy ids: first {g[0]} identical (ours {g[1]}, reference {g[2]})")

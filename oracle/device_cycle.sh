@@ -65,8 +65,10 @@ stage_fid() {  # PRESET INIT_STD EMBED_STD
   rm -rf "$W/$p.ref32" "$W/$p.ref16" "$W/$p.ours" "$m"
 }
 
-stage_bench() {  # PRESETS (comma-separated): oracle/bench.py, the `make bench` matrix
-  python3 oracle/bench.py --engine "$B"/qwen3 --work "$W/bench" --out "$R/bench" --presets "$1" 2>&1 | tee -a "$R/bench.log" | grep -v "^|"
+stage_bench() {  # PRESETS (comma-separated) [HF_CONTEXTS]: oracle/bench.py, the `make bench` matrix
+  python3 oracle/bench.py --engine "$B"/qwen3 --work "$W/bench" --out "$R/bench-${1//,/_}" --presets "$1" \
+    --hf-contexts "${HF_CONTEXTS:-512,4096}" 2>&1 | tee -a "$R/bench.log" | grep -v "^|"
+  rm -rf "$W/bench"
 }
 
 stage_train_start() {

@@ -67,10 +67,11 @@ def main():
     if a.fp8_layout:
         variants["qwen-fp8-layout"] = (a.fp8_layout, [])
     if a.quantize:
-        for d, head in (("fp8", "fp8"), ("int4", "fp8"), ("int4", "bf16")):
-            name = f"tool-{d}" + ("" if head == "fp8" else "-head-bf16")
+        # Default output-projection handling (as quantize-on-load does it), plus int4 with a bf16 lm_head.
+        for name, args in (("tool-fp8", ["--dtype", "fp8"]), ("tool-int4", ["--dtype", "int4"]),
+                           ("tool-int4-head-bf16", ["--dtype", "int4", "--lm-head", "bf16"])):
             q = os.path.join(a.out, name)
-            subprocess.run([a.quantize, a.model, q, "--dtype", d, "--lm-head", head], check=True, capture_output=True)
+            subprocess.run([a.quantize, a.model, q] + args, check=True, capture_output=True)
             variants[name] = (q, [])
     logits, taps = {}, {}
     for w in range(a.windows):

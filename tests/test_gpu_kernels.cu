@@ -198,10 +198,13 @@ static std::vector<double> matmul_ref(const std::vector<float>& W, const std::ve
     return y;
 }
 
-TEST_CASE("gemv: plain, residual add, fused rmsnorm, fused rmsnorm + swiglu, on odd shapes") {
+TEST_CASE("gemv: plain, residual add, fused rmsnorm, fused rmsnorm + swiglu, odd shapes, K split over clusters") {
     Rng r(5);
-    for (auto shape : std::vector<std::pair<int, int>>{{1, 8}, {3, 64}, {17, 1000}, {256, 2560}, {515, 136}, {4097, 4104}}) {
+    for (int splits : {0, 1, 2, 4, 8})  // 0: the launch rule; a split that does not fit the shape falls back to 1
+    for (auto shape : std::vector<std::pair<int, int>>{{1, 8}, {3, 64}, {17, 1000}, {256, 2560}, {515, 136}, {4097, 4104}, {300, 8192}}) {
         int N = shape.first, K = shape.second;
+        gemv_forced_splits() = splits;
+        CAPTURE(splits);
         CAPTURE(N);
         CAPTURE(K);
         auto W = random_bf16_values((size_t)N * K, r);
@@ -242,6 +245,7 @@ TEST_CASE("gemv: plain, residual add, fused rmsnorm, fused rmsnorm + swiglu, on 
             CHECK_CLOSE(compare(from_bf16(d_h.download()), ref_h), 1e-2);
         }
     }
+    gemv_forced_splits() = 0;
 }
 
 TEST_CASE("gemm (cuBLAS, bf16 in, fp32 out): store and accumulate") {

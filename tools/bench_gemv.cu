@@ -74,11 +74,11 @@ int main() {
         };
         struct Fmt { const char* name; WFormat f; };
         std::vector<Fmt> fmts = {{"bf16", WFormat::BF16}, {"fp8", WFormat::FP8}, {"int4", WFormat::INT4}};
-        const int warp_choices[] = {0, 2, 4, 8};  // 0: the engine's rule
+        const int split_choices[] = {0, 1, 2, 4, 8};  // 0: the engine's rule
         Gemm gemm;
         for (const Fmt& f : fmts) {
-            std::printf("\n%s weights: GB/s (%% of copy) by warps per block; 'auto' is what the engines use\n", f.name);
-            std::printf("%-4s %-8s %7s %6s | %10s %10s %10s %10s |%s\n", "", "shape", "N", "K", "auto", "2", "4", "8",
+            std::printf("\n%s weights: GB/s (%% of copy) by K split (thread-block cluster); 'auto' is what the engines use\n", f.name);
+            std::printf("%-4s %-8s %7s %6s | %11s %11s %11s %11s %11s |%s\n", "", "shape", "N", "K", "auto", "1", "2", "4", "8",
                         f.f == WFormat::BF16 ? " cuBLAS" : "");
             for (const GemvShape& sh : shapes) {
                 std::printf("%-4s %-8s %7d %6d |", sh.model, sh.name, sh.N, sh.K);
@@ -95,16 +95,16 @@ int main() {
                 for (int i = 0; i < copies; i++) Ls.push_back(make(f.f, sh.N, sh.K, probe.kblock, mem));
                 const int iters = 50;
                 GpuTimer t(st);
-                for (int w : warp_choices) {
-                    gemv_forced_warps() = w;
+                for (int w : split_choices) {
+                    gemv_forced_splits() = w;
                     for (int i = 0; i < 3; i++) gemv(Ls[i % copies], x, y, st);
                     t.start();
                     for (int i = 0; i < iters; i++) gemv(Ls[i % copies], x, y, st);
                     float ms = t.stop();
                     double gbs = probe.bytes() * (double)iters / (ms * 1e-3) / 1e9;
-                    std::printf(" %5.0f (%2.0f%%)", gbs, 100 * gbs / copy);
+                    std::printf(" %5.0f (%3.0f%%)", gbs, 100 * gbs / copy);
                 }
-                gemv_forced_warps() = 0;
+                gemv_forced_splits() = 0;
                 if (f.f == WFormat::BF16) {  // cuBLAS on the same bf16 copies
                     t.start();
                     for (int i = 0; i < iters; i++) gemm_bf16(gemm, x, (const bf16*)Ls[i % copies].w, y, 1, sh.N, sh.K, false, st);
