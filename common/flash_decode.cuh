@@ -38,16 +38,6 @@ struct FlashDecode {
 
 constexpr int kFdWarps = 4, kFdMinChunk = 64;
 
-__device__ __forceinline__ void bf16x8_to_float(uint4 v, float* f) {
-    const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float2 t = __bfloat1622float2(p[k]);
-        f[2 * k] = t.x;
-        f[2 * k + 1] = t.y;
-    }
-}
-
 // Merges softmax state (m2, l2, o2) into (m, l, o); m in log2 units, -inf for "no keys yet".
 template <int N>
 __device__ __forceinline__ void softmax_merge(float& m, float& l, float* o, float m2, float l2, const float* o2) {

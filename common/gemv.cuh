@@ -70,13 +70,7 @@ __device__ __forceinline__ float gemv_input_inv_rms(const void* x_in, int K, flo
 template <GemvInput IN>
 __device__ __forceinline__ void gemv_input_8(const void* x_in, const bf16* norm_w, float inv, int i, float* v) {
     if constexpr (IN == GemvInput::BF16) {
-        uint4 r = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(x_in) + i);
-        const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&r);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float2 f = __bfloat1622float2(p[k]);
-            v[2 * k] = f.x, v[2 * k + 1] = f.y;
-        }
+        bf16x8_to_float(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(x_in) + i), v);
     } else {
         const float4* x4 = reinterpret_cast<const float4*>(static_cast<const float*>(x_in) + i);
         float4 a = x4[0], b = x4[1];

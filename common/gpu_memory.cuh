@@ -74,6 +74,17 @@ private:
     std::map<std::string, size_t> bytes_;
 };
 
+// 8 bf16 (one 16-byte load) widened to float.
+__device__ __forceinline__ void bf16x8_to_float(uint4 v, float* f) {
+    const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 t = __bfloat1622float2(p[k]);
+        f[2 * k] = t.x;
+        f[2 * k + 1] = t.y;
+    }
+}
+
 // ---- checkpoint tensors to bf16 on the device ----
 
 static __global__ void f32_to_bf16_kernel(const float* __restrict__ in, bf16* __restrict__ out, size_t n) {

@@ -85,12 +85,7 @@ struct KvLoad {
     static __device__ __forceinline__ Raw load(const void* p) { return __ldcs(static_cast<const Raw*>(p)); }
     static __device__ __forceinline__ void to_float(Raw r, float* f) {
         if constexpr (KV == KvType::BF16) {
-            const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&r);
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float2 t = __bfloat1622float2(p[k]);
-                f[2 * k] = t.x, f[2 * k + 1] = t.y;
-            }
+            bf16x8_to_float(r, f);
         } else {
             const uint16_t* p = reinterpret_cast<const uint16_t*>(&r);
 #pragma unroll

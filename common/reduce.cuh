@@ -21,39 +21,26 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// Sum over the whole block; the result reaches every thread. Uses 33 floats of shared memory.
-__device__ __forceinline__ float block_sum(float v) {
+// Reduce v over the whole block with a warp reduction (warp_sum or warp_max); the result reaches every
+// thread. Uses 33 floats of shared memory; blockDim.x a multiple of 32.
+template <float (*WarpReduce)(float)>
+__device__ __forceinline__ float block_reduce(float v, float identity) {
     __shared__ float partial[32];
     __shared__ float total;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-    v = warp_sum(v);
+    v = WarpReduce(v);
     __syncthreads();  // partial[] may still be read by a previous call
     if (lane == 0) partial[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        float s = lane < nwarps ? partial[lane] : 0.f;
-        s = warp_sum(s);
+        float s = WarpReduce(lane < nwarps ? partial[lane] : identity);
         if (lane == 0) total = s;
     }
     __syncthreads();
     return total;
 }
 
-__device__ __forceinline__ float block_max(float v) {
-    __shared__ float partial[32];
-    __shared__ float total;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        float s = lane < nwarps ? partial[lane] : -INFINITY;
-        s = warp_max(s);
-        if (lane == 0) total = s;
-    }
-    __syncthreads();
-    return total;
-}
+__device__ __forceinline__ float block_sum(float v) { return block_reduce<warp_sum>(v, 0.f); }
+__device__ __forceinline__ float block_max(float v) { return block_reduce<warp_max>(v, -INFINITY); }
 
 }  // namespace monocu
