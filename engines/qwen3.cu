@@ -171,8 +171,7 @@ struct State {
     bf16* h;           // [chunk][ffn]               silu(gate) * up
     bf16* xb;          // [chunk][dim]               normalised input of a prefill matmul
     float* gu;         // [chunk][2 ffn]             gate/up pairs (prefill)
-    float* logits;     // [logit_rows][vocab]
-    int logit_rows;
+    float* logits;     // [1 or chunk][vocab]   every prompt row only when dumping
     float* last_logits;  // the last token's row of logits: what the sampler reads
     KvCache kv;        // [n_layers][n_kv][ctx][head_dim], bf16 or FP8 (kv_cache.cuh)
     bf16* wb;          // [largest quantized projection] its bf16 copy during prefill
@@ -197,7 +196,6 @@ static void alloc_state(State& s, const Config& c, const Weights& w, KvType kv_t
     s.h = mem.alloc<bf16>(T * c.ffn, "activations");
     s.xb = mem.alloc<bf16>(T * c.dim, "activations");
     s.gu = mem.alloc<float>(T * 2 * c.ffn, "activations");
-    s.logit_rows = logit_rows;
     s.logits = mem.alloc<float>((size_t)logit_rows * c.vocab, "activations");
     s.kv = kv_cache_create(kv_type, c.n_layers, c.n_kv, c.ctx, c.head_dim, mem);
     s.wb_elems = dequant_scratch_elems(w, dumping);
@@ -237,7 +235,7 @@ static void forward(const Config& c, const Weights& w, State& s, const int* ids,
         linear_rmsnorm_swiglu(L.gate_up, s.x, L.mlp_norm, c.eps, s.h, T, sc, st);
         // x = x + down_proj(h)
         linear_add(L.down, s.h, s.x, T, sc, st);
-        taps.f32(strf("layer_%02d", l), s.x, T, c.dim, st);
+        if (taps.on()) taps.f32(strf("layer_%02d", l), s.x, T, c.dim, st);
     }
     // logits = lm_head(norm(x))   for the last token, or for every token when dumping
     int rows = taps.on() ? T : 1;
