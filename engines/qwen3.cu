@@ -341,10 +341,9 @@ static SamplingParams sampling_params(const Options& o, const GenerationConfig& 
 // has none (user text is encoded as plain text, so it cannot smuggle in special tokens).
 static std::string prompt_text(const Options& o) { return o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file); }
 
-static std::vector<int> prompt_ids(const Options& o, const Config& c, const Tokenizer* tok) {
+static std::vector<int> prompt_ids(const Options& o, const std::string& text, const Config& c, const Tokenizer* tok) {
     if (!o.ids_file.empty()) return read_ids_file(o.ids_file, c.vocab);
     if (!tok) die("%s: no tokenizer.json; give the prompt as token ids with --ids", o.model.c_str());
-    std::string text = prompt_text(o);
     std::vector<int> ids;
     if (!o.raw && !tok->chat_template().empty()) {
         std::vector<ChatMessage> msgs;
@@ -376,7 +375,8 @@ static std::vector<int> end_of_generation_ids(const Config& c, const GenerationC
 
 static int generate(const Options& o, const Config& c, const Weights& w, State& s, const Tokenizer* tok,
                     const GenerationConfig& gen, Timings& tm, cudaStream_t st) {
-    std::vector<int> ids = prompt_ids(o, c, tok);
+    std::string text = o.ids_file.empty() ? prompt_text(o) : std::string();  // read once
+    std::vector<int> ids = prompt_ids(o, text, c, tok);
     if ((int)ids.size() >= c.ctx)
         die("the prompt is %zu tokens; the context holds %d (raise -c, up to max_position_embeddings %d)", ids.size(), c.ctx,
             c.hf.max_position_embeddings);
@@ -399,7 +399,7 @@ static int generate(const Options& o, const Config& c, const Weights& w, State& 
     };
     // A raw prompt (no chat template) is a text to continue: print it first so the completion reads on from it.
     bool raw_prompt = o.ids_file.empty() && (o.raw || tok->chat_template().empty());
-    if (raw_prompt && !o.quiet) std::fputs(prompt_text(o).c_str(), stdout);
+    if (raw_prompt && !o.quiet) std::fputs(text.c_str(), stdout);
     double t0 = wall_ms();
     prefill(c, w, s, ids, taps, st);
     sample(s.sampler, sp, s.last_logits, st);
