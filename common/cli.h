@@ -50,6 +50,7 @@ struct Options {
     std::vector<int> n_prompt = {512};  // --n-prompt: prompt length(s) for --bench, e.g. 512,4096,16384
     std::string trace_file;    // --trace: per-token timings as CSV
     bool cuda_graphs = true;   // --no-cuda-graphs turns capture of the decode step off
+    bool pdl = true;           // --no-pdl: no programmatic dependent launch (kernels do not overlap)
     bool quiet = false, verbose = false, help = false;
 };
 
@@ -78,6 +79,7 @@ inline void print_usage(FILE* out, const char* engine) {
                  "      --bench            benchmark: --n-prompt random tokens, then -n decoded (default 128)\n"
                  "      --n-prompt N[,N..] prompt length(s) for --bench (default 512), e.g. 512,4096,16384\n"
                  "      --no-cuda-graphs   launch the decode step kernel by kernel\n"
+                 "      --no-pdl           do not let a kernel start before the previous one ends (Hopper+)\n"
                  "      --trace FILE       write per-token timings (CSV)\n"
                  "  -q, --quiet            print only the generated text\n"
                  "  -v, --verbose          print config, memory and sampling details\n"
@@ -170,6 +172,7 @@ inline Options parse_cli(int argc, char** argv) {
         else if (a == "--n-prompt") o.n_prompt = parse_int_list(a, value(), 1, kIntMax);
         else if (a == "--trace") o.trace_file = value();
         else if (a == "--no-cuda-graphs") o.cuda_graphs = false;
+        else if (a == "--no-pdl") o.pdl = false;
         else if (a == "-q" || a == "--quiet") o.quiet = true;
         else if (a == "-v" || a == "--verbose") o.verbose = true;
         else die_usage("unknown flag '%s'", a.c_str());

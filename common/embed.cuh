@@ -7,11 +7,14 @@
 #pragma once
 
 #include "gpu_memory.cuh"
+#include "pdl.cuh"
 
 namespace monocu {
 
 static __global__ void embedding_kernel(const bf16* __restrict__ table, const int* __restrict__ ids,
                                         float* __restrict__ x, int dim, int vocab) {
+    pdl_launch_dependents();
+    pdl_wait();  // ids may come from the sampler's previous step
     int t = blockIdx.x, id = ids[t];
     bool ok = id >= 0 && id < vocab;
     const bf16* row = table + (size_t)(ok ? id : 0) * dim;
@@ -20,8 +23,7 @@ static __global__ void embedding_kernel(const bf16* __restrict__ table, const in
 
 inline void embedding(const bf16* table, const int* ids, float* x, int T, int dim, int vocab, cudaStream_t stream) {
     if (T <= 0) return;
-    embedding_kernel<<<T, 256, 0, stream>>>(table, ids, x, dim, vocab);
-    LAUNCH_CHECK();
+    launch(embedding_kernel, T, 256, 0, stream, table, ids, x, dim, vocab);
 }
 
 }  // namespace monocu

@@ -26,6 +26,7 @@
 
 #include "gpu_memory.cuh"
 #include "kv_cache.cuh"
+#include "pdl.cuh"
 
 namespace monocu {
 
@@ -107,6 +108,8 @@ __global__ void __launch_bounds__(kFdWarps * 32)
     __shared__ float sm_ml[kFdWarps][G][2];
     __shared__ float sm_o[kFdWarps][G][HD];
 
+    pdl_launch_dependents();
+    pdl_wait();  // q, the cache and *d_pos were just written
     const int split = blockIdx.x, kvh = blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = lane / LPK, dl = lane % LPK;
     const int len = *d_pos + 1, chunk = flash_decode_chunk(len, n_splits, KPB);
@@ -249,13 +252,8 @@ inline void flash_decode_split_launch(const FlashDecode& fd, const bf16* q, KvTy
                                       cudaStream_t stream) {
     dim3 grid(fd.n_splits, fd.n_kv);
     float scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
-    if (type == KvType::BF16)
-        flash_decode_split_kernel<HD, G, KvType::BF16><<<grid, kFdWarps * 32, 0, stream>>>(
-            q, kv, d_pos, fd.ctx, fd.n_splits, scale_log2, fd.part_o, fd.part_ml, fd.done, out);
-    else
-        flash_decode_split_kernel<HD, G, KvType::FP8><<<grid, kFdWarps * 32, 0, stream>>>(
-            q, kv, d_pos, fd.ctx, fd.n_splits, scale_log2, fd.part_o, fd.part_ml, fd.done, out);
-    LAUNCH_CHECK();
+    auto kernel = type == KvType::BF16 ? flash_decode_split_kernel<HD, G, KvType::BF16> : flash_decode_split_kernel<HD, G, KvType::FP8>;
+    launch(kernel, grid, kFdWarps * 32, 0, stream, q, kv, d_pos, fd.ctx, fd.n_splits, scale_log2, fd.part_o, fd.part_ml, fd.done, out);
 }
 
 template <int HD>

@@ -13,8 +13,11 @@
 //     recomputes the sum of squares, K floats from L2, cheap), in the form its weights multiply best with;
 //   - each warp owns 2 consecutive rows; each lane reads 16-byte chunks at a stride of 32 chunks, so a warp
 //     reads 512 contiguous bytes per row per step; 4 steps are issued before any use (8 independent 16-byte
-//     loads in flight per lane); loads bypass L1 (each weight byte is used once); fp32 accumulation across
-//     chunks; shuffle reduction at the end;
+//     loads in flight per lane, and the scales of quantized formats with them, so that no load waits on
+//     another); loads bypass L1 (each weight byte is used once); fp32 accumulation across chunks; shuffle
+//     reduction at the end;
+//   - launched with programmatic dependent launch (pdl.cuh): the first 4 steps' loads are issued while the
+//     previous kernel is still finishing, and only then does the block wait for x;
 //   - blocks of 8 warps own 16 rows; when that makes too few blocks to keep every SM equally busy (a
 //     2560-row projection is 160 blocks on 132 SMs), K is split across a thread-block cluster of 2-8 blocks
 //     whose partial sums meet in distributed shared memory (Hopper; elsewhere no split).
@@ -36,6 +39,7 @@
 #include <type_traits>
 
 #include "gpu_memory.cuh"
+#include "pdl.cuh"
 #include "quant.cuh"
 #include "reduce.cuh"
 #include "swiglu.cuh"
@@ -221,13 +225,25 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     const uint4* w1 = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(L.w) + (active ? row1 : 0) * row_bytes);
     const int part_chunks = K / F::kPerChunk / S, c0 = part * part_chunks, k0 = c0 * F::kPerChunk;
 
-    // The first batch of weight loads goes out before x is staged, so their latency overlaps the staging.
+    // One batch: kGemvUnroll chunks of each of the two rows, with their scales (quantized formats), all
+    // issued before any is used. The first batch goes out before the wait for the previous kernel (weights
+    // are never written) and before x is staged, so its latency overlaps both.
     uint4 a[kGemvUnroll], b[kGemvUnroll];
+    float sa[kGemvUnroll], sb[kGemvUnroll];
+    auto load_batch = [&](int c) {
 #pragma unroll
-    for (int u = 0; u < kGemvUnroll; u++) {
-        int idx = lane + 32 * u;
-        if (active && idx < part_chunks) a[u] = __ldcs(w0 + c0 + idx), b[u] = __ldcs(w1 + c0 + idx);
-    }
+        for (int u = 0; u < kGemvUnroll; u++) {
+            int idx = c + 32 * u;
+            if (active && idx < part_chunks) {
+                a[u] = __ldcs(w0 + c0 + idx), b[u] = __ldcs(w1 + c0 + idx);
+                sa[u] = chunk_scale<F>(L, row0, c0 + idx), sb[u] = chunk_scale<F>(L, row1, c0 + idx);
+            }
+        }
+    };
+    pdl_launch_dependents();
+    load_batch(lane);
+    pdl_wait();  // x was written by the previous kernel, and y may still be read by it
+
     float inv = gemv_input_inv_rms<IN>(x_in, K, eps);  // the norm needs all of x, the staging only this part
     for (int i = threadIdx.x * 8; i < part_chunks * F::kPerChunk; i += blockDim.x * 8) {
         float v[8];
@@ -243,14 +259,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
             for (int u = 0; u < kGemvUnroll; u++) {
                 int idx = c + 32 * u;
                 if (idx >= part_chunks) continue;
-                acc0 = fmaf(F::dot(a[u], gemv_smem, idx), chunk_scale<F>(L, row0, c0 + idx), acc0);
-                acc1 = fmaf(F::dot(b[u], gemv_smem, idx), chunk_scale<F>(L, row1, c0 + idx), acc1);
+                acc0 = fmaf(F::dot(a[u], gemv_smem, idx), sa[u], acc0);
+                acc1 = fmaf(F::dot(b[u], gemv_smem, idx), sb[u], acc1);
             }
-#pragma unroll
-            for (int u = 0; u < kGemvUnroll; u++) {  // the next batch
-                int idx = c + 32 * kGemvUnroll + 32 * u;
-                if (idx < part_chunks) a[u] = __ldcs(w0 + c0 + idx), b[u] = __ldcs(w1 + c0 + idx);
-            }
+            load_batch(c + 32 * kGemvUnroll);
         }
         acc0 = warp_sum(acc0);
         acc1 = warp_sum(acc1);
@@ -330,11 +342,15 @@ inline void gemv_launch_format(const Linear& L, const void* x, const bf16* norm_
     cfg.blockDim = dim3(kGemvWarps * 32);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = S, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cudaLaunchAttribute attr[2];
+    unsigned n_attr = 0;
+    if (S > 1) {
+        attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+        attr[n_attr].val.clusterDim.x = S, attr[n_attr].val.clusterDim.y = 1, attr[n_attr].val.clusterDim.z = 1;
+        n_attr++;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = S > 1 ? 1 : 0;
+    cfg.numAttrs = add_pdl_attribute(attr, n_attr);
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<F, IN, OUT>, L, x, norm_w, eps, y, y_bf16, S));
 }
 

@@ -9,12 +9,15 @@
 #pragma once
 
 #include "gpu_memory.cuh"
+#include "pdl.cuh"
 #include "reduce.cuh"
 
 namespace monocu {
 
 static __global__ void rmsnorm_kernel(const float* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ out,
                                       int dim, float eps) {
+    pdl_launch_dependents();
+    pdl_wait();
     const float* row = x + (size_t)blockIdx.x * dim;
     float ss = 0.f;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += row[i] * row[i];
@@ -25,8 +28,7 @@ static __global__ void rmsnorm_kernel(const float* __restrict__ x, const bf16* _
 
 inline void rmsnorm(const float* x, const bf16* w, bf16* out, int T, int dim, float eps, cudaStream_t stream) {
     if (T <= 0) return;
-    rmsnorm_kernel<<<T, 256, 0, stream>>>(x, w, out, dim, eps);
-    LAUNCH_CHECK();
+    launch(rmsnorm_kernel, T, 256, 0, stream, x, w, out, dim, eps);
 }
 
 }  // namespace monocu

@@ -22,6 +22,7 @@
 #include "config.h"
 #include "gpu_memory.cuh"
 #include "kv_cache.cuh"
+#include "pdl.cuh"
 #include "reduce.cuh"
 
 namespace monocu {
@@ -90,6 +91,8 @@ __global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, const i
                                           const bf16* __restrict__ q_norm_w, const bf16* __restrict__ k_norm_w,
                                           const float2* __restrict__ rope, bf16* __restrict__ q_out, KvLayer kv, int nh,
                                           int nkv, int hd, int ctx, float eps) {
+    pdl_launch_dependents();
+    pdl_wait();
     int head = blockIdx.x, t = blockIdx.y, half = hd / 2, i = threadIdx.x;
     int pos = *d_pos + t;
     const float* row = qkv + (size_t)t * (nh + 2 * nkv) * hd + (size_t)head * hd;
@@ -122,13 +125,8 @@ inline void qk_norm_rope_cache(const float* qkv, int T, const int* d_pos, const 
     if (rope.half != hd / 2 || rope.max_pos < ctx) die("qk_norm_rope_cache: rope table does not match head_dim/context");
     if (T <= 0) return;
     dim3 grid(nh + 2 * nkv, T);
-    if (kv_type == KvType::BF16)
-        qk_norm_rope_cache_kernel<KvType::BF16><<<grid, hd / 2, 0, stream>>>(qkv, d_pos, q_norm_w, k_norm_w, rope.cos_sin, q_out, kv,
-                                                                             nh, nkv, hd, ctx, eps);
-    else
-        qk_norm_rope_cache_kernel<KvType::FP8><<<grid, hd / 2, 0, stream>>>(qkv, d_pos, q_norm_w, k_norm_w, rope.cos_sin, q_out, kv,
-                                                                            nh, nkv, hd, ctx, eps);
-    LAUNCH_CHECK();
+    auto kernel = kv_type == KvType::BF16 ? qk_norm_rope_cache_kernel<KvType::BF16> : qk_norm_rope_cache_kernel<KvType::FP8>;
+    launch(kernel, grid, hd / 2, 0, stream, qkv, d_pos, q_norm_w, k_norm_w, rope.cos_sin, q_out, kv, nh, nkv, hd, ctx, eps);
 }
 
 }  // namespace monocu

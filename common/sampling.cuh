@@ -23,6 +23,7 @@
 #include <cub/cub.cuh>
 
 #include "gpu_memory.cuh"
+#include "pdl.cuh"
 #include "reduce.cuh"
 
 namespace monocu {
@@ -120,6 +121,8 @@ __device__ __forceinline__ void block_argmax(float& v, int& i) {
 }
 
 static __global__ void argmax_partial_kernel(const float* __restrict__ x, int n, float2* __restrict__ partial) {
+    pdl_launch_dependents();
+    pdl_wait();
     float v = -INFINITY;
     int idx = 0x7fffffff;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) argmax_merge(v, idx, x[i], i);
@@ -128,6 +131,8 @@ static __global__ void argmax_partial_kernel(const float* __restrict__ x, int n,
 }
 
 static __global__ void argmax_final_kernel(const float2* __restrict__ partial, int* token, unsigned char* seen, int* kept) {
+    pdl_launch_dependents();
+    pdl_wait();
     float v = -INFINITY;
     int idx = 0x7fffffff;
     if (threadIdx.x < kArgmaxBlocks) v = partial[threadIdx.x].x, idx = __float_as_int(partial[threadIdx.x].y);
@@ -231,10 +236,8 @@ inline void sample(Sampler& s, const SamplingParams& p, const float* logits, cud
             LAUNCH_CHECK();
             src = s.work;
         }
-        argmax_partial_kernel<<<kArgmaxBlocks, kArgmaxThreads, 0, stream>>>(src, s.vocab, s.partial);
-        LAUNCH_CHECK();
-        argmax_final_kernel<<<1, kArgmaxThreads, 0, stream>>>(s.partial, s.d_token, s.seen, s.d_kept);
-        LAUNCH_CHECK();
+        launch(argmax_partial_kernel, kArgmaxBlocks, kArgmaxThreads, 0, stream, src, s.vocab, s.partial);
+        launch(argmax_final_kernel, 1, kArgmaxThreads, 0, stream, s.partial, s.d_token, s.seen, s.d_kept);
         return;
     }
     penalty_temperature_kernel<<<CEIL_DIV(s.vocab, 256), 256, 0, stream>>>(logits, s.seen, p.repetition_penalty,

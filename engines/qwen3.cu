@@ -17,6 +17,7 @@
 #include "config.h"
 #include "embed.cuh"
 #include "flash_decode.cuh"
+#include "pdl.cuh"
 #include "kv_cache.cuh"
 #include "linear.cuh"
 #include "load_linear.cuh"
@@ -441,8 +442,8 @@ static int bench(const Options& o, const Config& c, const Weights& w, State& s, 
     int n_gen = o.n_predict > 0 ? o.n_predict : 128;
     double copy_gbs = measure_copy_bandwidth(st);
     double gemm_tflops = measure_gemm_tflops(s.gemm, kPrefillChunk, 2 * c.ffn, c.dim, st);
-    std::printf("bench: ceilings: copy %.1f GB/s, cuBLAS bf16 GEMM %d x %d x %d %.1f TFLOP/s\n", copy_gbs, kPrefillChunk, 2 * c.ffn,
-                c.dim, gemm_tflops);
+    std::printf("bench: ceilings: copy %.1f GB/s, cuBLAS bf16 GEMM %d x %d x %d %.1f TFLOP/s; cuda graphs %s, pdl %s\n", copy_gbs,
+                kPrefillChunk, 2 * c.ffn, c.dim, gemm_tflops, o.cuda_graphs ? "on" : "off", pdl_enabled() ? "on" : "off");
     SamplingParams greedy;
     DecodeGraph graph;
     DecodeGraph* g = o.cuda_graphs ? &graph : nullptr;
@@ -494,6 +495,7 @@ int main(int argc, char** argv) {
         }
         double t_start = wall_ms();
         require_cuda_device();
+        pdl_enabled() = pdl_enabled() && o.pdl;
         int bench_ctx = *std::max_element(o.n_prompt.begin(), o.n_prompt.end()) + (o.n_predict > 0 ? o.n_predict : 128);
         Config c = load_config(o.model, o.bench ? std::max(o.ctx_size, bench_ctx) : o.ctx_size);
         GenerationConfig gen = load_generation_config(o.model);

@@ -17,6 +17,7 @@
 #   chat          oracle/chat_goldens.py (tokenizer chat templates rendered by transformers)
 #   quanteval     oracle/quant_eval.py on the shipped model: fp8 / int4 / FP8 KV vs bf16, tools/quantize bit-identity
 #   gemvbench     build/<arch>/tools/bench_gemv (GEMV GB/s per shape and format)
+#   speed PRESETS engine --bench at context 512 for each weight format, with and without PDL (quick A/B)
 #   demo          the README's demo command, and the engine on bad input
 #   pack          tar what should come back into $OUT (split into <= 15 MB parts)
 set -u
@@ -132,6 +133,20 @@ stage_demo() {  # the README's main command (its last step; the machine has no a
   cat "$R/demo_errors.txt"
 }
 
+stage_speed() {  # PRESETS (comma-separated)
+  local p m
+  for p in ${1//,/ }; do
+    m=$W/speed-$p
+    [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$p" --out "$m" --shard 4GB > /dev/null
+    for d in bf16 fp8 int4; do
+      for pdl in "" --no-pdl; do
+        echo "--- $p $d $pdl"
+        "$B"/qwen3 -m "$m" --bench --n-prompt 512 -n 128 --dtype $d $pdl 2>&1 | grep -E "^bench|error|fatal"
+      done
+    done
+  done 2>&1 | tee -a "$R/speed.txt"
+}
+
 stage_gemvbench() { "$B"/tools/bench_gemv 2>&1 | tee "$R/bench_gemv.txt"; }
 
 stage_pack() {
@@ -143,7 +158,7 @@ while [ $# -gt 0 ]; do
   s=$1; shift
   case $s in
     fid) log "$s $1 $2 $3"; "stage_$s" "$1" "$2" "$3"; shift 3 ;;
-    bench) log "$s $1"; "stage_$s" "$1"; shift ;;
+    bench|speed) log "$s $1"; "stage_$s" "$1"; shift ;;
     *) log "$s"; "stage_$s" ;;
   esac
 done

@@ -1,9 +1,11 @@
 // bench_gemv — decode GEMV bandwidth per projection shape and weight format (a microbenchmark, not a test).
 //
-//   build/sm_90/tools/bench_gemv            Qwen3-4B and Qwen3-8B projection shapes, bf16 / fp8 / int4, by block size
+//   build/sm_90/tools/bench_gemv            Qwen3-4B and Qwen3-8B projection shapes, bf16 / fp8 / int4, by K split
 //
 // Each shape runs on enough copies of its weights (rotated) that they never fit in L2, on random data,
-// timed with CUDA events over 50 launches; GB/s counts the bytes the kernel must read (weights + scales).
+// timed with CUDA events over 50 back-to-back launches (each may overlap the previous one's tail through
+// programmatic dependent launch, as in the engine; one column turns that off); GB/s counts the bytes the
+// kernel must read (weights + scales).
 // The same shapes through cuBLAS (bf16 GEMM with one column) are printed for comparison, with the device
 // copy bandwidth measured in the same process as the ceiling.
 #include <cstdio>
@@ -74,11 +76,15 @@ int main() {
         };
         struct Fmt { const char* name; WFormat f; };
         std::vector<Fmt> fmts = {{"bf16", WFormat::BF16}, {"fp8", WFormat::FP8}, {"int4", WFormat::INT4}};
-        const int split_choices[] = {0, 1, 2, 4, 8};  // 0: the engine's rule
+        struct Variant { int splits; bool pdl, rmsnorm; };  // splits 0: the engine's rule
+        const Variant variants[] = {{0, true, false}, {0, false, false}, {0, true, true}, {1, true, false},
+                                    {2, true, false}, {4, true, false}, {8, true, false}};
+        const bool pdl_default = pdl_enabled();
         Gemm gemm;
         for (const Fmt& f : fmts) {
             std::printf("\n%s weights: GB/s (%% of copy) by K split (thread-block cluster); 'auto' is what the engines use\n", f.name);
-            std::printf("%-4s %-8s %7s %6s | %11s %11s %11s %11s %11s |%s\n", "", "shape", "N", "K", "auto", "1", "2", "4", "8",
+            std::printf("%-4s %-8s %7s %6s | %11s %11s %11s %11s %11s %11s %11s |%s\n", "", "shape", "N", "K", "auto", "auto no-pdl", "auto+norm",
+                        "1", "2", "4", "8",
                         f.f == WFormat::BF16 ? " cuBLAS" : "");
             for (const GemvShape& sh : shapes) {
                 std::printf("%-4s %-8s %7d %6d |", sh.model, sh.name, sh.N, sh.K);
@@ -87,6 +93,12 @@ int main() {
                 CUDA_CHECK(cudaMalloc(&y, (size_t)sh.N * 4));
                 CUDA_CHECK(cudaMalloc(&x, (size_t)sh.K * 2));
                 fill_bf16_kernel<<<64, 256>>>(x, sh.K, 3);
+                // The fused-RMSNorm input (the engine's qkv and gate_up): float x and bf16 norm weights.
+                float* xf = nullptr;
+                bf16* norm_w = nullptr;
+                CUDA_CHECK(cudaMalloc(&xf, (size_t)sh.K * 4));
+                CUDA_CHECK(cudaMalloc(&norm_w, (size_t)sh.K * 2));
+                fill_scales_kernel<<<64, 256>>>(xf, norm_w, sh.K);
                 GpuMemory mem;
                 Linear probe;
                 probe.N = sh.N, probe.K = sh.K, probe.fmt = f.f, probe.kblock = fp8_kblock(sh.K);
@@ -95,16 +107,22 @@ int main() {
                 for (int i = 0; i < copies; i++) Ls.push_back(make(f.f, sh.N, sh.K, probe.kblock, mem));
                 const int iters = 50;
                 GpuTimer t(st);
-                for (int w : split_choices) {
-                    gemv_forced_splits() = w;
-                    for (int i = 0; i < 3; i++) gemv(Ls[i % copies], x, y, st);
+                for (const Variant& v : variants) {
+                    gemv_forced_splits() = v.splits;
+                    pdl_enabled() = pdl_default && v.pdl;
+                    auto run = [&](const Linear& L) {
+                        if (v.rmsnorm) gemv_rmsnorm(L, xf, norm_w, 1e-6f, y, st);
+                        else gemv(L, x, y, st);
+                    };
+                    for (int i = 0; i < 3; i++) run(Ls[i % copies]);
                     t.start();
-                    for (int i = 0; i < iters; i++) gemv(Ls[i % copies], x, y, st);
+                    for (int i = 0; i < iters; i++) run(Ls[i % copies]);
                     float ms = t.stop();
                     double gbs = probe.bytes() * (double)iters / (ms * 1e-3) / 1e9;
                     std::printf(" %5.0f (%3.0f%%)", gbs, 100 * gbs / copy);
                 }
                 gemv_forced_splits() = 0;
+                pdl_enabled() = pdl_default;
                 if (f.f == WFormat::BF16) {  // cuBLAS on the same bf16 copies
                     t.start();
                     for (int i = 0; i < iters; i++) gemm_bf16(gemm, x, (const bf16*)Ls[i % copies].w, y, 1, sh.N, sh.K, false, st);
@@ -115,6 +133,8 @@ int main() {
                 std::printf("\n");
                 CUDA_CHECK(cudaFree(y));
                 CUDA_CHECK(cudaFree(x));
+                CUDA_CHECK(cudaFree(xf));
+                CUDA_CHECK(cudaFree(norm_w));
             }
         }
         return 0;
