@@ -3,6 +3,8 @@
 // Usage:
 //   FlashDecode fd = flash_decode_plan(n_heads, n_kv_heads, head_dim, ctx, mem);   // once, at load
 //   flash_decode(fd, q, kv.type, kv.layer(l), d_pos, out, stream);
+//   flash_decode_fused(fd, DecodeQkv{qkv, q_norm_w, k_norm_w, rope.cos_sin, eps}, kv.type, kv.layer(l), d_pos, out, stream);
+//     (the same, after doing qk_norm_rope_cache's work for this one token itself: see DecodeQkv)
 //     q       bf16 [n_heads][head_dim]     this token's queries (normed, rotated)
 //     kv      this layer's cache (kv_cache.cuh), bf16 or FP8; keys 0 .. *d_pos are valid
 //     out     bf16 [n_heads * head_dim]    softmax(q k^T / sqrt(d)) v, heads side by side
@@ -27,6 +29,7 @@
 #include "gpu_memory.cuh"
 #include "kv_cache.cuh"
 #include "pdl.cuh"
+#include "rope.cuh"
 
 namespace monocu {
 
@@ -37,7 +40,19 @@ struct FlashDecode {
     int* done = nullptr;        // [n_kv] split blocks finished for this step; the last one merges, resets to 0
 };
 
-constexpr int kFdWarps = 4, kFdMinChunk = 64;
+// The fused mode's input: this token's raw projections, from which every block makes the queries of its
+// group itself (q_norm, RoPE), and the block whose key range holds the new position also makes and stores
+// the new cache row (k_norm, RoPE; v as is). That does in the attention launch what qk_norm_rope_cache
+// does for prefill, one launch fewer per layer.
+struct DecodeQkv {
+    const float* qkv = nullptr;    // [n_heads + 2 n_kv][head_dim] fp32: q heads, k heads, v heads
+    const bf16* q_norm = nullptr;  // [head_dim], or null for families without q/k norm
+    const bf16* k_norm = nullptr;
+    const float2* rope = nullptr;  // [ctx][head_dim / 2] (cos, sin): RopeTable::cos_sin
+    float eps = 0.f;
+};
+
+constexpr int kFdWarps = 4, kFdMinChunk = 32;  // keys: one unrolled step of a block (head_dim 128, bf16, G <= 4)
 
 // Merges softmax state (m2, l2, o2) into (m, l, o); m in log2 units, -inf for "no keys yet".
 template <int N>
@@ -54,49 +69,74 @@ __device__ __forceinline__ void softmax_merge(float& m, float& l, float* o, floa
 constexpr int kFdMaxSplits = 256;
 
 // Whole block, for heads h0 .. h0 + G - 1: out[h][d] from the active splits' (m, l, o):
-//   M = max m_s,  c_s = 2^(m_s - M),  L = sum l_s c_s,  out = sum o_s c_s / L.
-// The weights c_s are computed once per head into shared memory; then each thread sums its dims over the
-// splits with independent L2 loads (__ldcg: the partials were written by other blocks of this launch).
+//   M = max m_s,  c_s = 2^(m_s - M),  out = sum o_s c_s / sum l_s c_s.
+// It runs once per layer on the critical path, so all G heads go at once: warp w computes the weights
+// c_s / L of heads w, w + 4, ... into shared memory, then every thread sums some (head, dim) outputs over the
+// splits, its loads independent of each other (__ldcg: the partials were written by other blocks of this
+// launch, and L1 is not coherent across blocks). (Merging per thread with the online rule instead makes
+// each load wait for the previous split's arithmetic: the kernel measured twice as slow.)
+template <int G>
 __device__ __forceinline__ void flash_decode_merge(const float* part_o, const float2* part_ml, int n_splits, int n_active, int hd, int h0,
-                                                   int G, bf16* out) {
-    __shared__ float c[kFdMaxSplits];
-    __shared__ float inv_L;
-    for (int g = 0; g < G; g++) {
-        int h = h0 + g;
-        const float2* ml = part_ml + (size_t)h * n_splits;
+                                                   bf16* out) {
+    __shared__ float c[G][kFdMaxSplits];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int g = warp; g < G; g += kFdWarps) {
+        const float2* ml = part_ml + (size_t)(h0 + g) * n_splits;
         float m_max = -INFINITY;
-        for (int s = threadIdx.x; s < n_active; s += blockDim.x) m_max = fmaxf(m_max, __ldcg(&ml[s]).x);
-        m_max = block_max(m_max);
+        for (int s = lane; s < n_active; s += 32) m_max = fmaxf(m_max, __ldcg(&ml[s]).x);
+        m_max = warp_max(m_max);
         float lsum = 0.f;
-        for (int s = threadIdx.x; s < n_active; s += blockDim.x) {
+        for (int s = lane; s < n_active; s += 32) {
             float2 v = __ldcg(&ml[s]);
             float w = v.y > 0.f ? exp2f(v.x - m_max) : 0.f;  // an idle split has l = 0 (and m = -inf)
-            c[s] = w;
+            c[g][s] = w;
             lsum += v.y * w;
         }
-        lsum = block_sum(lsum);  // its barriers also publish c[]
-        if (threadIdx.x == 0) inv_L = 1.f / lsum;
-        __syncthreads();
-        const float* po = part_o + (size_t)h * n_splits * hd;
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-            float o = 0.f;
+        float inv_L = 1.f / warp_sum(lsum);
+        for (int s = lane; s < n_active; s += 32) c[g][s] *= inv_L;  // each lane rescales its own entries
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        int g = i / hd, d = i % hd;
+        const float* po = part_o + (size_t)(h0 + g) * n_splits * hd + d;
+        float o = 0.f;
 #pragma unroll 8
-            for (int s = 0; s < n_active; s++) o = fmaf(__ldcg(po + (size_t)s * hd + d), c[s], o);
-            out[(size_t)h * hd + d] = __float2bfloat16_rn(o * inv_L);
-        }
-        __syncthreads();  // c[] and inv_L are reused by the next head
+        for (int s = 0; s < n_active; s++) o = fmaf(__ldcg(po + (size_t)s * hd), c[g][s], o);
+        out[(size_t)(h0 + g) * hd + d] = __float2bfloat16_rn(o);
     }
 }
 
-// Keys per split for the live length: at least kFdMinChunk, a multiple of the keys a block covers per step.
-__device__ __forceinline__ int flash_decode_chunk(int len, int n_splits, int keys_per_step) {
-    int chunk = max(kFdMinChunk, (len + n_splits - 1) / n_splits);
-    return (chunk + keys_per_step - 1) / keys_per_step * keys_per_step;
+// Keys per split for the live length: a whole number of the block's unrolled steps (keys_per_iter), so
+// that no block runs a partial step; short contexts then use few splits of one step each.
+__device__ __forceinline__ int flash_decode_chunk(int len, int n_splits, int keys_per_iter) {
+    int chunk = (len + n_splits - 1) / n_splits;
+    return max(1, (chunk + keys_per_iter - 1) / keys_per_iter) * keys_per_iter;
+}
+
+__device__ __forceinline__ void load_float8(const float* p, float* x) {  // p 32-byte aligned
+    float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+
+// Warp-wide (slot 0's lanes store): the new token's cache row of KV head kvh at position pos.
+template <int HD, KvType KV>
+__device__ __forceinline__ void flash_decode_store_new_row(const DecodeQkv& in, const KvLayer& kv, int n_heads, int n_kv, int kvh, int pos,
+                                                           int ctx, int dl, bool writer) {
+    constexpr int LPK = HD / 8;
+    const float* k_raw = in.qkv + (size_t)(n_heads + kvh) * HD + dl * 8;
+    const float* v_raw = in.qkv + (size_t)(n_heads + n_kv + kvh) * HD + dl * 8;
+    float k[8], v[8];
+    load_float8(k_raw, k);
+    load_float8(v_raw, v);
+    head_norm_rope_8<LPK>(k, in.k_norm, in.rope + (size_t)pos * (HD / 2), dl, in.eps);
+    size_t row = (size_t)kvh * ctx + pos;
+    kv_store_8<KV, LPK>(kv.k, kv.k_scale, row, dl, k, writer);
+    kv_store_8<KV, LPK>(kv.v, kv.v_scale, row, dl, v, writer);
 }
 
 template <int HD, int G, KvType KV>
 __global__ void __launch_bounds__(kFdWarps * 32)
-    flash_decode_split_kernel(const bf16* __restrict__ q, KvLayer kv, const int* __restrict__ d_pos, int ctx, int n_splits,
+    flash_decode_split_kernel(const bf16* __restrict__ q, DecodeQkv in, KvLayer kv, const int* __restrict__ d_pos, int ctx, int n_splits,
                               float scale_log2, float* __restrict__ part_o, float2* __restrict__ part_ml, int* __restrict__ done,
                               bf16* __restrict__ out) {
     using Load = KvLoad<KV>;
@@ -109,20 +149,32 @@ __global__ void __launch_bounds__(kFdWarps * 32)
     __shared__ float sm_o[kFdWarps][G][HD];
 
     pdl_launch_dependents();
-    pdl_wait();  // q, the cache and *d_pos were just written
-    const int split = blockIdx.x, kvh = blockIdx.y;
+    pdl_wait();  // q (or qkv), the cache and *d_pos were just written
+    const int split = blockIdx.x, kvh = blockIdx.y, n_kv = gridDim.y, n_heads = n_kv * G;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = lane / LPK, dl = lane % LPK;
-    const int len = *d_pos + 1, chunk = flash_decode_chunk(len, n_splits, KPB);
+    const int pos = *d_pos, len = pos + 1, chunk = flash_decode_chunk(len, n_splits, KPB * U);
     const int begin = split * chunk, end = min(len, begin + chunk);
+    const bool fused = in.qkv != nullptr;
 
     float qf[G][8], m[G], l[G], acc[G][8];
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        bf16x8_to_float(*reinterpret_cast<const uint4*>(q + (size_t)(kvh * G + g) * HD + dl * 8), qf[g]);
+        if (fused) {  // q = rope(q_norm(q_raw)), rounded to bf16 as the separate path stores it
+            load_float8(in.qkv + (size_t)(kvh * G + g) * HD + dl * 8, qf[g]);
+            head_norm_rope_8<LPK>(qf[g], in.q_norm, in.rope + (size_t)pos * (HD / 2), dl, in.eps);
+#pragma unroll
+            for (int j = 0; j < 8; j++) qf[g][j] = __bfloat162float(__float2bfloat16_rn(qf[g][j]));
+        } else {
+            bf16x8_to_float(*reinterpret_cast<const uint4*>(q + (size_t)(kvh * G + g) * HD + dl * 8), qf[g]);
+        }
 #pragma unroll
         for (int j = 0; j < 8; j++) qf[g][j] *= scale_log2, acc[g][j] = 0.f;
         m[g] = -INFINITY;
         l[g] = 0.f;
+    }
+    if (fused && begin <= pos && pos < end) {  // this block's keys include the new one: make its row first
+        if (warp == 0) flash_decode_store_new_row<HD, KV>(in, kv, n_heads, n_kv, kvh, pos, ctx, dl, slot == 0);
+        __syncthreads();  // the row is read below by every warp of this block (and by no other block)
     }
     const size_t eb = FP8 ? 1 : 2;  // bytes per cache element
     const uint8_t* kb = static_cast<const uint8_t*>(kv.k) + ((size_t)kvh * ctx * HD + dl * 8) * eb;
@@ -226,7 +278,7 @@ __global__ void __launch_bounds__(kFdWarps * 32)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    flash_decode_merge(part_o, part_ml, n_splits, min(n_splits, (len + chunk - 1) / chunk), HD, kvh * G, G, out);
+    flash_decode_merge<G>(part_o, part_ml, n_splits, min(n_splits, (len + chunk - 1) / chunk), HD, kvh * G, out);
     if (threadIdx.x == 0) done[kvh] = 0;  // ready for the next step (CUDA graphs replay this kernel)
 }
 
@@ -238,7 +290,7 @@ inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ct
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     FlashDecode fd;
     fd.n_heads = n_heads, fd.n_kv = n_kv, fd.head_dim = head_dim, fd.ctx = ctx;
-    // About 4 blocks per SM at full context, never slices shorter than kFdMinChunk keys.
+    // About 4 blocks per SM at full context; at short context one split per kFdMinChunk keys (one step each).
     fd.n_splits = std::max(1, std::min({CEIL_DIV(4 * sms, n_kv), CEIL_DIV(ctx, kFdMinChunk), kFdMaxSplits}));
     fd.part_o = mem.alloc<float>((size_t)n_heads * fd.n_splits * head_dim, "workspace");
     fd.part_ml = mem.alloc<float2>((size_t)n_heads * fd.n_splits, "workspace");
@@ -248,34 +300,46 @@ inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ct
 }
 
 template <int HD, int G>
-inline void flash_decode_split_launch(const FlashDecode& fd, const bf16* q, KvType type, const KvLayer& kv, const int* d_pos, bf16* out,
-                                      cudaStream_t stream) {
+inline void flash_decode_split_launch(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, KvType type, const KvLayer& kv,
+                                      const int* d_pos, bf16* out, cudaStream_t stream) {
     dim3 grid(fd.n_splits, fd.n_kv);
     float scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
     auto kernel = type == KvType::BF16 ? flash_decode_split_kernel<HD, G, KvType::BF16> : flash_decode_split_kernel<HD, G, KvType::FP8>;
-    launch(kernel, grid, kFdWarps * 32, 0, stream, q, kv, d_pos, fd.ctx, fd.n_splits, scale_log2, fd.part_o, fd.part_ml, fd.done, out);
+    launch(kernel, grid, kFdWarps * 32, 0, stream, q, in, kv, d_pos, fd.ctx, fd.n_splits, scale_log2, fd.part_o, fd.part_ml, fd.done, out);
 }
 
 template <int HD>
-inline void flash_decode_split_dispatch(const FlashDecode& fd, const bf16* q, KvType t, const KvLayer& kv, const int* d_pos, bf16* out,
-                                        cudaStream_t s) {
+inline void flash_decode_split_dispatch(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, KvType t, const KvLayer& kv,
+                                        const int* d_pos, bf16* out, cudaStream_t s) {
     switch (fd.n_heads / fd.n_kv) {
-        case 1: return flash_decode_split_launch<HD, 1>(fd, q, t, kv, d_pos, out, s);
-        case 2: return flash_decode_split_launch<HD, 2>(fd, q, t, kv, d_pos, out, s);
-        case 3: return flash_decode_split_launch<HD, 3>(fd, q, t, kv, d_pos, out, s);
-        case 4: return flash_decode_split_launch<HD, 4>(fd, q, t, kv, d_pos, out, s);
-        case 5: return flash_decode_split_launch<HD, 5>(fd, q, t, kv, d_pos, out, s);
-        case 6: return flash_decode_split_launch<HD, 6>(fd, q, t, kv, d_pos, out, s);
-        case 7: return flash_decode_split_launch<HD, 7>(fd, q, t, kv, d_pos, out, s);
-        case 8: return flash_decode_split_launch<HD, 8>(fd, q, t, kv, d_pos, out, s);
+        case 1: return flash_decode_split_launch<HD, 1>(fd, q, in, t, kv, d_pos, out, s);
+        case 2: return flash_decode_split_launch<HD, 2>(fd, q, in, t, kv, d_pos, out, s);
+        case 3: return flash_decode_split_launch<HD, 3>(fd, q, in, t, kv, d_pos, out, s);
+        case 4: return flash_decode_split_launch<HD, 4>(fd, q, in, t, kv, d_pos, out, s);
+        case 5: return flash_decode_split_launch<HD, 5>(fd, q, in, t, kv, d_pos, out, s);
+        case 6: return flash_decode_split_launch<HD, 6>(fd, q, in, t, kv, d_pos, out, s);
+        case 7: return flash_decode_split_launch<HD, 7>(fd, q, in, t, kv, d_pos, out, s);
+        case 8: return flash_decode_split_launch<HD, 8>(fd, q, in, t, kv, d_pos, out, s);
     }
 }
 
-// One launch: the split blocks, the last of which (per KV head) merges the splits into out.
+inline void flash_decode_any(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, KvType type, const KvLayer& kv, const int* d_pos,
+                             bf16* out, cudaStream_t stream) {
+    if (fd.head_dim == 64) flash_decode_split_dispatch<64>(fd, q, in, type, kv, d_pos, out, stream);
+    else flash_decode_split_dispatch<128>(fd, q, in, type, kv, d_pos, out, stream);
+}
+
+// One launch: the split blocks, the last of which (per KV head) merges the splits into out. q is ready.
 inline void flash_decode(const FlashDecode& fd, const bf16* q, KvType type, const KvLayer& kv, const int* d_pos, bf16* out,
                          cudaStream_t stream) {
-    if (fd.head_dim == 64) flash_decode_split_dispatch<64>(fd, q, type, kv, d_pos, out, stream);
-    else flash_decode_split_dispatch<128>(fd, q, type, kv, d_pos, out, stream);
+    flash_decode_any(fd, q, DecodeQkv{}, type, kv, d_pos, out, stream);
+}
+
+// The same, making q and the new cache row from the raw projections (DecodeQkv) in the same launch.
+inline void flash_decode_fused(const FlashDecode& fd, const DecodeQkv& in, KvType type, const KvLayer& kv, const int* d_pos, bf16* out,
+                               cudaStream_t stream) {
+    if (!in.qkv || !in.rope) die("flash_decode_fused: needs the projections and the rope table");
+    flash_decode_any(fd, nullptr, in, type, kv, d_pos, out, stream);
 }
 
 }  // namespace monocu

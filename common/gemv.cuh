@@ -10,7 +10,8 @@
 // Why our own kernel: at batch 1 the whole cost is reading W once, and cuBLAS reaches only 34-61% of HBM
 // bandwidth on Qwen3-4B's projection shapes. Layout of the work:
 //   - a block stages x in shared memory once (normalising it first when the RMSNorm is fused: every block
-//     recomputes the sum of squares, K floats from L2, cheap), in the form its weights multiply best with;
+//     recomputes the sum of squares in the same single read of x from L2), in the form its weights
+//     multiply best with;
 //   - each warp owns 2 consecutive rows; each lane reads 16-byte chunks at a stride of 32 chunks, so a warp
 //     reads 512 contiguous bytes per row per step; 4 steps are issued before any use (8 independent 16-byte
 //     loads in flight per lane, and the scales of quantized formats with them, so that no load waits on
@@ -19,8 +20,9 @@
 //   - launched with programmatic dependent launch (pdl.cuh): the first 4 steps' loads are issued while the
 //     previous kernel is still finishing, and only then does the block wait for x;
 //   - blocks of 8 warps own 16 rows; when that makes too few blocks to keep every SM equally busy (a
-//     2560-row projection is 160 blocks on 132 SMs), K is split across a thread-block cluster of 2-8 blocks
-//     whose partial sums meet in distributed shared memory (Hopper; elsewhere no split).
+//     2560-row projection is 160 blocks on 132 SMs), 2-8 warps share a pair of rows, each summing a slice
+//     of K, and blocks own 8, 4 or 2 rows (gemv_layout). Splitting K across a thread-block cluster is the
+//     other way, kept for comparison (tools/bench_gemv).
 //     Napkin: Qwen3-4B reads ~8.0 GB of bf16 weights per token; at 3.0 TB/s that is 2.7 ms.
 // Per format, what a 16-byte chunk costs (lane instructions, roughly):
 //   bf16: 8 weights; x staged bf16; 8 fp32 FMAs after unpacking (~25)
@@ -36,6 +38,7 @@
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "gpu_memory.cuh"
@@ -49,46 +52,16 @@ namespace monocu {
 enum class GemvInput { BF16, F32_RMSNORM };
 enum class GemvOutput { STORE_F32, ADD_F32, SWIGLU_BF16 };
 
-constexpr int kGemvRowsPerWarp = 2, kGemvUnroll = 4, kGemvWarps = 8, kGemvRowsPerBlock = kGemvWarps * kGemvRowsPerWarp;
+#ifndef MONOCU_GEMV_UNROLL  // experiment knobs (tools/bench_gemv builds); the defaults are what the engines use
+#define MONOCU_GEMV_UNROLL 4
+#endif
+#ifndef MONOCU_GEMV_MIN_BLOCKS
+#define MONOCU_GEMV_MIN_BLOCKS 1
+#endif
+constexpr int kGemvRowsPerWarp = 2, kGemvUnroll = MONOCU_GEMV_UNROLL, kGemvWarps = 8, kGemvRowsPerBlock = kGemvWarps * kGemvRowsPerWarp;
 constexpr float kFp8XScale = 1.f / 256.f, kInt4XScale = 1.f / 16.f;
 
 // ---- input staging and output, shared by every format ----
-
-// 1 / rms(x) for the fused RMSNorm (1 when the input is already normalised bf16). Whole block.
-template <GemvInput IN>
-__device__ __forceinline__ float gemv_input_inv_rms(const void* x_in, int K, float eps) {
-    if constexpr (IN == GemvInput::BF16) {
-        return 1.f;
-    } else {
-        const float4* x = static_cast<const float4*>(x_in);
-        float ss = 0.f;
-        for (int i = threadIdx.x; i < K / 4; i += blockDim.x) {
-            float4 v = x[i];
-            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        }
-        return rsqrtf(block_sum(ss) / K + eps);
-    }
-}
-
-// Elements i .. i+7 of the matmul input: x, or rmsnorm(x) rounded to bf16 as the prefill path rounds it.
-template <GemvInput IN>
-__device__ __forceinline__ void gemv_input_8(const void* x_in, const bf16* norm_w, float inv, int i, float* v) {
-    if constexpr (IN == GemvInput::BF16) {
-        bf16x8_to_float(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(x_in) + i), v);
-    } else {
-        const float4* x4 = reinterpret_cast<const float4*>(static_cast<const float*>(x_in) + i);
-        float4 a = x4[0], b = x4[1];
-        float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        uint4 r = *reinterpret_cast<const uint4*>(norm_w + i);
-        const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&r);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float2 w = __bfloat1622float2(p[k]);
-            v[2 * k] = __bfloat162float(__float2bfloat16_rn(xv[2 * k] * inv * w.x));
-            v[2 * k + 1] = __bfloat162float(__float2bfloat16_rn(xv[2 * k + 1] * inv * w.y));
-        }
-    }
-}
 
 // Lane 0 of a warp owning rows (row0, row0 + 1) writes them: store, residual add, or SwiGLU of the pair.
 template <GemvOutput OUT>
@@ -207,23 +180,60 @@ __device__ __forceinline__ float row_scale(const Linear& L, int row) {
     return 1.f;
 }
 
-// Block b owns rows [16 (b / S), +16) and the S-th part (b % S) of K; S > 1 only on Hopper, where the S
-// blocks form a thread-block cluster and block 0 of the cluster adds the others' partial sums out of their
-// shared memory (distributed shared memory), in rank order: deterministic, no atomics, no extra launch.
+// Stages x[k0, k0 + n) in shared memory in the form F's dot reads (whole block; ends with a barrier).
+// Fused RMSNorm: a first pass over all of x (from L2) sums its squares; the second pass reads the staged
+// part again (now from L1) and forms x / rms * w rounded to bf16, exactly as the prefill path's rmsnorm
+// kernel rounds it. (Keeping x in shared memory between the passes was measured slower: kb/status.md.)
+template <class F, GemvInput IN>
+__device__ __forceinline__ void gemv_stage_x(const void* x_in, const bf16* norm_w, float eps, int K, int k0, int n, unsigned char* smem) {
+    float inv = 1.f;
+    if constexpr (IN == GemvInput::F32_RMSNORM) {
+        const float4* x4 = static_cast<const float4*>(x_in);
+        float ss = 0.f;
+        for (int i = threadIdx.x; i < K / 4; i += blockDim.x) {
+            float4 v = x4[i];
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+        inv = rsqrtf(block_sum(ss) / K + eps);
+    }
+    for (int i = threadIdx.x * 8; i < n; i += blockDim.x * 8) {
+        float v[8];
+        if constexpr (IN == GemvInput::BF16) {
+            bf16x8_to_float(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(x_in) + k0 + i), v);
+        } else {
+            const float4* x4 = reinterpret_cast<const float4*>(static_cast<const float*>(x_in) + k0 + i);
+            float4 a = x4[0], b = x4[1];
+            float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            bf16x8_to_float(*reinterpret_cast<const uint4*>(norm_w + k0 + i), v);
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = __bfloat162float(__float2bfloat16_rn(xv[k] * inv * v[k]));
+        }
+        F::stage8(smem, i, v);
+    }
+    __syncthreads();
+}
+
+// Work layout: block b owns 16 / KS rows (rows [(b / S) 16 / KS, +16 / KS)) and the part b % S of K.
+//   KS (1, 2, 4 or 8) warps share each pair of rows, warp w taking slice w % KS of the part's chunks; their
+//     sums meet in shared memory. More, smaller blocks for projections with few rows.
+//   S (1, 2, 4 or 8, Hopper only, KS = 1) blocks form a thread-block cluster over the parts of K, and block 0
+//     of the cluster adds the others' sums out of their shared memory (distributed shared memory).
+// Both add partial sums in a fixed order: deterministic, no atomics, no extra launch.
 template <class F, GemvInput IN, GemvOutput OUT>
-__global__ void __launch_bounds__(kGemvWarps * 32)
+__global__ void __launch_bounds__(kGemvWarps * 32, MONOCU_GEMV_MIN_BLOCKS)
     gemv_kernel(Linear L, const void* __restrict__ x_in, const bf16* __restrict__ norm_w, float eps, float* __restrict__ y,
-                bf16* __restrict__ y_bf16, int S) {
+                bf16* __restrict__ y_bf16, int S, int KS) {
     extern __shared__ __align__(16) unsigned char gemv_smem[];
     const int N = L.N, K = L.K;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int part = blockIdx.x % S, row0 = (blockIdx.x / S * kGemvWarps + warp) * kGemvRowsPerWarp;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, pair = warp / KS, slice = warp % KS;
+    const int part = blockIdx.x % S, row0 = ((blockIdx.x / S) * (kGemvWarps / KS) + pair) * kGemvRowsPerWarp;
     const int row1 = min(row0 + 1, N - 1);  // a lone last row computes itself twice; the copy is dropped
     const bool active = row0 < N;
     const size_t row_bytes = (size_t)K * 16 / F::kPerChunk;
     const uint4* w0 = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(L.w) + (active ? row0 : 0) * row_bytes);
     const uint4* w1 = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(L.w) + (active ? row1 : 0) * row_bytes);
-    const int part_chunks = K / F::kPerChunk / S, c0 = part * part_chunks, k0 = c0 * F::kPerChunk;
+    const int part_chunks = K / F::kPerChunk / S, slice_chunks = part_chunks / KS;
+    const int s0 = slice * slice_chunks, c0 = part * part_chunks + s0;  // first chunk: in the staged part, in the row
 
     // One batch: kGemvUnroll chunks of each of the two rows, with their scales (quantized formats), all
     // issued before any is used. The first batch goes out before the wait for the previous kernel (weights
@@ -234,7 +244,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
         for (int u = 0; u < kGemvUnroll; u++) {
             int idx = c + 32 * u;
-            if (active && idx < part_chunks) {
+            if (active && idx < slice_chunks) {
                 a[u] = __ldcs(w0 + c0 + idx), b[u] = __ldcs(w1 + c0 + idx);
                 sa[u] = chunk_scale<F>(L, row0, c0 + idx), sb[u] = chunk_scale<F>(L, row1, c0 + idx);
             }
@@ -243,29 +253,31 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     pdl_launch_dependents();
     load_batch(lane);
     pdl_wait();  // x was written by the previous kernel, and y may still be read by it
-
-    float inv = gemv_input_inv_rms<IN>(x_in, K, eps);  // the norm needs all of x, the staging only this part
-    for (int i = threadIdx.x * 8; i < part_chunks * F::kPerChunk; i += blockDim.x * 8) {
-        float v[8];
-        gemv_input_8<IN>(x_in, norm_w, inv, k0 + i, v);
-        F::stage8(gemv_smem, i, v);
-    }
-    __syncthreads();
+    gemv_stage_x<F, IN>(x_in, norm_w, eps, K, part * part_chunks * F::kPerChunk, part_chunks * F::kPerChunk, gemv_smem);
 
     float acc0 = 0.f, acc1 = 0.f;
     if (active) {
-        for (int c = lane; c < part_chunks; c += 32 * kGemvUnroll) {
+        for (int c = lane; c < slice_chunks; c += 32 * kGemvUnroll) {
 #pragma unroll
             for (int u = 0; u < kGemvUnroll; u++) {
                 int idx = c + 32 * u;
-                if (idx >= part_chunks) continue;
-                acc0 = fmaf(F::dot(a[u], gemv_smem, idx), sa[u], acc0);
-                acc1 = fmaf(F::dot(b[u], gemv_smem, idx), sb[u], acc1);
+                if (idx >= slice_chunks) continue;
+                acc0 = fmaf(F::dot(a[u], gemv_smem, s0 + idx), sa[u], acc0);
+                acc1 = fmaf(F::dot(b[u], gemv_smem, s0 + idx), sb[u], acc1);
             }
             load_batch(c + 32 * kGemvUnroll);
         }
         acc0 = warp_sum(acc0);
         acc1 = warp_sum(acc1);
+    }
+    if (KS > 1) {
+        __shared__ float2 slice_sum[kGemvWarps];
+        if (lane == 0) slice_sum[warp] = make_float2(acc0, acc1);
+        __syncthreads();
+        if (slice == 0 && lane == 0) {
+            acc0 = acc1 = 0.f;
+            for (int j = 0; j < KS; j++) acc0 += slice_sum[warp + j].x, acc1 += slice_sum[warp + j].y;
+        }
     }
 #if __CUDA_ARCH__ >= 900
     if (S > 1) {
@@ -283,7 +295,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
         cluster.sync();  // the other blocks' shared memory must outlive the reads
     }
 #endif
-    if (active && part == 0 && lane == 0)
+    if (active && part == 0 && slice == 0 && lane == 0)
         gemv_write<OUT>(acc0 * row_scale<F>(L, row0), acc1 * row_scale<F>(L, row1), row0, N, y, y_bf16);
 }
 
@@ -306,24 +318,35 @@ inline const GemvDevice& gemv_device() {
     return d;
 }
 
-// A fixed split of K instead of the rule below (0: the rule); tools/bench_gemv compares them.
-inline int& gemv_forced_splits() {
-    static int forced = 0;
+// How a projection's work is cut: S blocks of a cluster per row group, KS warps per pair of rows.
+struct GemvLayout {
+    int S = 1, KS = 1;
+};
+
+// A fixed layout instead of the rule below (0: the rule); tools/bench_gemv and the tests use it.
+inline GemvLayout& gemv_forced_layout() {
+    static GemvLayout forced{0, 0};
     return forced;
 }
 
-// Splits of K (1, 2, 4 or 8): only when there are fewer blocks of 16 rows than SMs (Qwen3-0.6B's 1024-row
-// projections: 64 blocks for 132 SMs), the fewest that give every SM a block, while every lane keeps at least
-// one 16-byte chunk per part. Measured (kb/status.md): splitting shapes that already fill the SMs, such as
-// 160 blocks for 132 SMs, costs more in cluster synchronisation than it gains in balance.
-inline int gemv_splits(int N, int chunks) {
+// The rule: the fewest warps per row pair (KS) that make at least 1.5 blocks per SM, so that projections
+// with few rows (Qwen3-4B's 2560-row o_proj and down_proj: 160 blocks of 16 rows for 132 SMs) are cut
+// finely enough to spread evenly, while every lane keeps at least one 16-byte chunk of its slice. Measured
+// with tools/bench_gemv (kb/status.md): 4B's o and down run best at KS = 2 (320 blocks), 8B's (256 blocks)
+// at KS = 1, and more blocks than needed cost more staging of x. Clusters (S > 1) only when forced.
+inline GemvLayout gemv_layout(int N, int chunks) {
     const GemvDevice& d = gemv_device();
-    auto fits = [&](int s) { return chunks % s == 0 && chunks / s >= 32; };
-    if (gemv_forced_splits()) return d.clusters && fits(gemv_forced_splits()) ? gemv_forced_splits() : 1;
-    if (!d.clusters) return 1;
-    int blocks = CEIL_DIV(N, kGemvRowsPerBlock), s = 1;
-    while (s < 8 && blocks * s < d.sms && fits(2 * s)) s *= 2;
-    return s;
+    auto fits = [&](int s, int ks) { return chunks % (s * ks) == 0 && chunks / (s * ks) >= 32; };
+    GemvLayout f = gemv_forced_layout();
+    if (f.S || f.KS) {
+        GemvLayout l{std::max(f.S, 1), std::max(f.KS, 1)};
+        if (!d.clusters || l.KS > 1) l.S = 1;  // clusters need Hopper, and are not combined with KS
+        if (!fits(l.S, l.KS)) l = GemvLayout{};
+        return l;
+    }
+    GemvLayout l;
+    while (l.KS < 8 && 2 * CEIL_DIV(N, kGemvRowsPerBlock / l.KS) < 3 * d.sms && fits(1, 2 * l.KS)) l.KS *= 2;
+    return l;
 }
 
 template <class F, GemvInput IN, GemvOutput OUT>
@@ -334,11 +357,12 @@ inline void gemv_launch_format(const Linear& L, const void* x, const bf16* norm_
         CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<F, IN, OUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
         raised = true;
     }
-    int S = gemv_splits(L.N, L.K / F::kPerChunk);
+    GemvLayout lay = gemv_layout(L.N, L.K / F::kPerChunk);
+    const int S = lay.S, KS = lay.KS;
     size_t smem = F::smem_bytes(L.K / S);
     if (smem > 96 * 1024) die("gemv: K = %d is too large for the shared-memory copy of x", L.K);
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(CEIL_DIV(L.N, kGemvRowsPerBlock) * S);
+    cfg.gridDim = dim3(CEIL_DIV(L.N, kGemvRowsPerBlock / KS) * S);
     cfg.blockDim = dim3(kGemvWarps * 32);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
@@ -351,7 +375,7 @@ inline void gemv_launch_format(const Linear& L, const void* x, const bf16* norm_
     }
     cfg.attrs = attr;
     cfg.numAttrs = add_pdl_attribute(attr, n_attr);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<F, IN, OUT>, L, x, norm_w, eps, y, y_bf16, S));
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<F, IN, OUT>, L, x, norm_w, eps, y, y_bf16, S, KS));
 }
 
 template <GemvInput IN, GemvOutput OUT>

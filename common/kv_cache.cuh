@@ -78,6 +78,36 @@ __device__ __forceinline__ void kv_store_row(void* cache, float* scales, size_t 
     }
 }
 
+// A group of LPK lanes stores one head row of the cache (head_dim = 8 LPK), lane dl owning elements
+// [8 dl, 8 dl + 8), with the same rounding as kv_store_row. Every lane of the warp calls it (the FP8 scale
+// is a shuffle over the group); only lanes with `writer` set store.
+template <KvType KV, int LPK>
+__device__ __forceinline__ void kv_store_8(void* cache, float* scales, size_t row, int dl, const float* x, bool writer) {
+    constexpr int hd = 8 * LPK;
+    if constexpr (KV == KvType::BF16) {
+        if (!writer) return;
+        uint4 r;
+        __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&r);
+#pragma unroll
+        for (int k = 0; k < 4; k++) p[k] = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
+        *reinterpret_cast<uint4*>(static_cast<bf16*>(cache) + row * hd + dl * 8) = r;
+    } else {
+        float amax = 0.f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) amax = fmaxf(amax, fabsf(x[k]));
+#pragma unroll
+        for (int o = LPK / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        float s = amax > 0.f ? amax / kE4M3Max : 1.f, rs = 1.f / s;
+        if (!writer) return;
+        uint2 r;
+        uint8_t* b = reinterpret_cast<uint8_t*>(&r);
+#pragma unroll
+        for (int k = 0; k < 8; k++) b[k] = float_to_e4m3_dev(x[k] * rs);
+        *reinterpret_cast<uint2*>(static_cast<uint8_t*>(cache) + row * hd + dl * 8) = r;
+        if (dl == 0) scales[row] = s;
+    }
+}
+
 // 8 consecutive elements of a cache row as floats (scaled for FP8); p points at element 0 of the 8.
 template <KvType KV>
 struct KvLoad {

@@ -84,6 +84,34 @@ inline RopeTable make_rope_table(const RopeConfig& r, int head_dim, int max_pos,
     return RopeTable{dev, max_pos, head_dim / 2};
 }
 
+// The same math for kernels that keep a head spread over lanes (decode attention): lanes dl = 0 .. LPK-1
+// of an aligned group hold dims [8 dl, 8 dl + 8) of one head (head_dim = 8 LPK). The head's RMSNorm (w null:
+// none), then rotate-half RoPE with the position's (cos, sin) row: the partner of dim i < d/2 is i + d/2,
+// held by lane dl ^ LPK/2. Every lane of the warp calls it (shuffles).
+template <int LPK>
+__device__ __forceinline__ void head_norm_rope_8(float* x, const bf16* w, const float2* cos_sin, int dl, float eps) {
+    constexpr int hd = 8 * LPK, half_lanes = LPK / 2;
+    if (w) {
+        float ss = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) ss += x[j] * x[j];
+#pragma unroll
+        for (int o = LPK / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        float inv = rsqrtf(ss / hd + eps), wv[8];
+        bf16x8_to_float(*reinterpret_cast<const uint4*>(w + dl * 8), wv);
+#pragma unroll
+        for (int j = 0; j < 8; j++) x[j] *= inv * wv[j];
+    }
+    const bool first = dl < half_lanes;
+    const float2* cs = cos_sin + (dl % half_lanes) * 8;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        float partner = __shfl_xor_sync(0xffffffffu, x[j], half_lanes);
+        float2 c = cs[j];
+        x[j] = first ? x[j] * c.x - partner * c.y : x[j] * c.x + partner * c.y;
+    }
+}
+
 // One block per (head, token); thread i owns the rotation pair (i, i + d/2).
 // Blocks [0, nh) are q heads, [nh, nh + nkv) k heads, [nh + nkv, nh + 2 nkv) v heads (copied to the cache).
 template <KvType KV>

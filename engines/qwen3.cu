@@ -9,6 +9,7 @@
 //   x = h + down_proj(silu(gate_proj(m)) * up_proj(m)),                                  m = post_attention_layernorm(h)
 // The residual stream x stays fp32 on the GPU; matmul inputs are bf16; every accumulation is fp32.
 #include <cstdio>
+#include <functional>
 #include <random>
 
 #include "attention.cuh"
@@ -225,11 +226,15 @@ static void forward(const Config& c, const Weights& w, State& s, const int* ids,
         // q, k, v = q_proj(n), k_proj(n), v_proj(n)  with n = input_layernorm(x)
         linear_rmsnorm(L.qkv, s.x, L.attn_norm, c.eps, s.qkv, T, sc, st);
         // q, k = rope(q_norm(q)), rope(k_norm(k));  cache[pos : pos + T] = k, v
-        qk_norm_rope_cache(s.qkv, T, s.d_pos, L.q_norm, L.k_norm, s.rope, s.q, s.kv.type, kv, c.n_heads, c.n_kv, c.head_dim,
-                           c.ctx, c.eps, st);
         // a = softmax(q k^T / sqrt(head_dim) + causal_mask) v   over every cached position
-        if (T == 1) flash_decode(s.fd, s.q, s.kv.type, kv, s.d_pos, s.att, st);
-        else prefill_attention(s.q, s.kv.type, kv, s.d_pos, s.att, T, c.n_heads, c.n_kv, c.head_dim, c.ctx, st);
+        if (T == 1) {  // decode: both in one launch (flash_decode.cuh)
+            DecodeQkv in{s.qkv, L.q_norm, L.k_norm, s.rope.cos_sin, c.eps};
+            flash_decode_fused(s.fd, in, s.kv.type, kv, s.d_pos, s.att, st);
+        } else {
+            qk_norm_rope_cache(s.qkv, T, s.d_pos, L.q_norm, L.k_norm, s.rope, s.q, s.kv.type, kv, c.n_heads, c.n_kv, c.head_dim,
+                               c.ctx, c.eps, st);
+            prefill_attention(s.q, s.kv.type, kv, s.d_pos, s.att, T, c.n_heads, c.n_kv, c.head_dim, c.ctx, st);
+        }
         // x = x + o_proj(a)
         linear_add(L.o, s.att, s.x, T, sc, st);
         // h = silu(gate_proj(m)) * up_proj(m)  with m = post_attention_layernorm(x)
@@ -308,6 +313,39 @@ static int read_token(State& s, cudaStream_t st) {
     CUDA_CHECK(cudaStreamSynchronize(st));
     return tok;
 }
+
+// Decode with one step queued ahead: step k+1 is launched before token k is read back, so the GPU does not
+// idle while the host wakes up, reads the token and launches the next step (10-20 us a token). Each step's
+// token is copied to its own pinned slot right after the step, before the next step can overwrite it.
+// When generation stops, the step queued ahead has run for nothing; its token is never read.
+struct TokenPipe {
+    int* host = nullptr;  // pinned [2]: step k's token lands in host[k % 2]
+    cudaEvent_t ready[2] = {nullptr, nullptr};
+    long queued = 0, read = 0;  // steps launched, tokens read back
+    TokenPipe() {
+        CUDA_CHECK(cudaMallocHost(&host, 2 * sizeof(int)));
+        for (cudaEvent_t& e : ready) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    ~TokenPipe() {
+        for (cudaEvent_t e : ready) cudaEventDestroy(e);
+        cudaFreeHost(host);
+    }
+    TokenPipe(const TokenPipe&) = delete;
+    TokenPipe& operator=(const TokenPipe&) = delete;
+    void launch(const Config& c, const Weights& w, State& s, const SamplingParams& sp, DecodeGraph* graph, cudaStream_t st) {
+        if (queued - read >= 2) die("internal: more than two decode steps queued");
+        run_decode_step(c, w, s, sp, graph, st);
+        int slot = (int)(queued++ % 2);
+        CUDA_CHECK(cudaMemcpyAsync(&host[slot], s.sampler.d_token, sizeof(int), cudaMemcpyDeviceToHost, st));
+        CUDA_CHECK(cudaEventRecord(ready[slot], st));
+    }
+    int next_token() {  // the oldest unread step's token; waits for it
+        if (read == queued) die("internal: no decode step queued");
+        int slot = (int)(read++ % 2);
+        CUDA_CHECK(cudaEventSynchronize(ready[slot]));
+        return host[slot];
+    }
+};
 
 struct Timings {
     double load_ms = 0, prompt_ms = 0, eval_ms = 0;
@@ -413,17 +451,27 @@ static int generate(const Options& o, const Config& c, const Weights& w, State& 
     if (!o.trace_file.empty() && !trace) die("--trace %s: cannot open for writing", o.trace_file.c_str());
     if (trace) std::fprintf(trace, "token,position,ms\n");
     double t1 = wall_ms();
-    int pos = (int)ids.size();
+    // The step queued ahead reads token n + 1 at position pos + 1 and makes token n + 2: it may be wanted if
+    // pos + 1 is inside the context and n + 1 tokens do not reach -n (whether token n + 1 ends generation is
+    // not known yet).
+    auto ahead_may_be_wanted = [&](int next_pos, size_t next_n) {
+        return next_pos < c.ctx && (o.n_predict < 0 || (long)next_n < o.n_predict);
+    };
+    TokenPipe pipe;
+    DecodeGraph* g = o.cuda_graphs ? &graph : nullptr;
+    int pos = (int)ids.size();  // position of tok_id, the newest token
+    double ts = wall_ms();
     while (true) {
         generated.push_back(tok_id);
         bool is_eos = std::find(eos.begin(), eos.end(), tok_id) != eos.end();
         if (!is_eos) emit(tok_id);
         if (is_eos || (o.n_predict >= 0 && (int)generated.size() >= o.n_predict) || pos >= c.ctx) break;
-        double ts = wall_ms();
-        run_decode_step(c, w, s, sp, o.cuda_graphs ? &graph : nullptr, st);
-        tok_id = read_token(s, st);
+        if (pipe.queued == pipe.read) pipe.launch(c, w, s, sp, g, st);  // the step at pos (first step only)
+        if (ahead_may_be_wanted(pos + 1, generated.size() + 1)) pipe.launch(c, w, s, sp, g, st);
+        tok_id = pipe.next_token();
         pos++;
         if (trace) std::fprintf(trace, "%zu,%d,%.4f\n", generated.size(), pos, wall_ms() - ts);
+        ts = wall_ms();
     }
     if (out) std::fputs(out->flush().c_str(), stdout);
     std::fputs("\n", stdout);
@@ -433,6 +481,50 @@ static int generate(const Options& o, const Config& c, const Weights& w, State& 
     taps.ids("ids", generated);
     if (pos >= c.ctx && !o.quiet) std::fprintf(stderr, "monocu: stopped at the end of the context (%d tokens)\n", c.ctx);
     return 0;
+}
+
+// Where a decode step's time goes: each operation of forward() runs alone, for every layer in turn (distinct
+// weights, as in a real step), 5 times over, back to back, at the last position of the context, and prints
+// its time per token. The sum against the measured step is what chaining costs. It overwrites the state
+// (bench only).
+static void print_decode_breakdown(const Config& c, const Weights& w, State& s, double step_ms, cudaStream_t st) {
+    LinearScratch sc = s.scratch();
+    SamplingParams greedy;
+    struct Op {
+        const char* name;
+        int per_token;  // calls per decode step
+        std::function<void(int layer)> run;
+    };
+    const Op ops[] = {
+        {"qkv", c.n_layers, [&](int l) { linear_rmsnorm(w.layers[l].qkv, s.x, w.layers[l].attn_norm, c.eps, s.qkv, 1, sc, st); }},
+        {"attention (with q/k norm, rope, cache write)", c.n_layers,
+         [&](int l) {
+             DecodeQkv in{s.qkv, w.layers[l].q_norm, w.layers[l].k_norm, s.rope.cos_sin, c.eps};
+             flash_decode_fused(s.fd, in, s.kv.type, s.kv.layer(l), s.d_pos, s.att, st);
+         }},
+        {"o", c.n_layers, [&](int l) { linear_add(w.layers[l].o, s.att, s.x, 1, sc, st); }},
+        {"gate_up", c.n_layers,
+         [&](int l) { linear_rmsnorm_swiglu(w.layers[l].gate_up, s.x, w.layers[l].mlp_norm, c.eps, s.h, 1, sc, st); }},
+        {"down", c.n_layers, [&](int l) { linear_add(w.layers[l].down, s.h, s.x, 1, sc, st); }},
+        {"final norm", 1, [&](int) { rmsnorm(s.x, w.final_norm, s.xb, 1, c.dim, c.eps, st); }},
+        {"lm_head", 1, [&](int) { linear(w.lm_head, s.xb, s.logits, 1, sc, st); }},
+        {"sample", 1, [&](int) { sample(s.sampler, greedy, s.logits, st); }},
+    };
+    set_pos(s, c.ctx - 1, st);  // a valid position (the bench's decode ends at the end of the context)
+    const int reps = 5;
+    GpuTimer t(st);
+    double sum_ms = 0;
+    std::printf("bench: decode breakdown (each op alone, back to back):");
+    for (const Op& op : ops) {
+        for (int l = 0; l < op.per_token; l++) op.run(l);  // warm
+        t.start();
+        for (int r = 0; r < reps; r++)
+            for (int l = 0; l < op.per_token; l++) op.run(l);
+        double ms = t.stop() / reps;
+        sum_ms += ms;
+        std::printf(" %s %.1f us x %d = %.3f ms;", op.name, 1000.0 * ms / op.per_token, op.per_token, ms);
+    }
+    std::printf(" sum %.3f ms, step %.3f ms\n", sum_ms, step_ms);
 }
 
 // --bench: for each prompt length, a random prompt, a timed prefill, then greedy decode ignoring
@@ -463,9 +555,11 @@ static int bench(const Options& o, const Config& c, const Weights& w, State& s, 
         sample(s.sampler, greedy, s.last_logits, st);
         float prefill_ms = timer.stop();
         double t0 = wall_ms();
-        for (int i = 0; i < n_gen; i++) {
-            run_decode_step(c, w, s, greedy, g, st);
-            read_token(s, st);
+        TokenPipe pipe;
+        pipe.launch(c, w, s, greedy, g, st);
+        for (int i = 0; i < n_gen; i++) {  // as generate() does: the next step is queued before a token is read
+            if (i + 1 < n_gen) pipe.launch(c, w, s, greedy, g, st);
+            pipe.next_token();
         }
         double decode_ms = wall_ms() - t0;
         // Prefill work: 2 flops per weight per token, plus causal attention (QK^T and PV: 2 T^2 q_dim per layer).
@@ -480,6 +574,7 @@ static int bench(const Options& o, const Config& c, const Weights& w, State& s, 
                     "%.1f GB/s = %.1f%% of copy bandwidth\n",
                     n_gen, n_prompt, n_prompt + n_gen, decode_ms / n_gen, tok_s, bytes / 1e9, w.decode_bytes / 1e9, kv_bytes / 1e9, gbs,
                     100.0 * gbs / copy_gbs);
+        if (pi + 1 == o.n_prompt.size()) print_decode_breakdown(c, w, s, decode_ms / n_gen, st);
     }
     return 0;
 }

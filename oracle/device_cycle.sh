@@ -17,7 +17,8 @@
 #   chat          oracle/chat_goldens.py (tokenizer chat templates rendered by transformers)
 #   quanteval     oracle/quant_eval.py on the shipped model: fp8 / int4 / FP8 KV vs bf16, tools/quantize bit-identity
 #   gemvbench     build/<arch>/tools/bench_gemv (GEMV GB/s per shape and format)
-#   speed PRESETS engine --bench at context 512 for each weight format, with and without PDL (quick A/B)
+#   speed PRESETS engine --bench at context 512 for each weight format (quick); SPEED_FLAGS="--no-pdl,..."
+#                 adds runs with those flags (comma-separated sets, '+' between flags of one set)
 #   demo          the README's demo command, and the engine on bad input
 #   pack          tar what should come back into $OUT (split into <= 15 MB parts)
 set -u
@@ -139,9 +140,9 @@ stage_speed() {  # PRESETS (comma-separated)
     m=$W/speed-$p
     [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$p" --out "$m" --shard 4GB > /dev/null
     for d in bf16 fp8 int4; do
-      for pdl in "" --no-pdl; do
-        echo "--- $p $d $pdl"
-        "$B"/qwen3 -m "$m" --bench --n-prompt 512 -n 128 --dtype $d $pdl 2>&1 | grep -E "^bench|error|fatal"
+      for f in "" ${SPEED_FLAGS:+${SPEED_FLAGS//,/ }}; do
+        echo "--- $p $d ${f//+/ }"
+        "$B"/qwen3 -m "$m" --bench --n-prompt 512 -n 128 --dtype $d ${f//+/ } 2>&1 | grep -E "^bench|error|fatal"
       done
     done
   done 2>&1 | tee -a "$R/speed.txt"

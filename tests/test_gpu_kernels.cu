@@ -111,6 +111,24 @@ static float cache_value(const std::vector<uint8_t>& raw, const std::vector<floa
     return e4m3_to_float(raw[row * hd + i]) * scales[row];
 }
 
+// One head of x normalised over head_dim with weight w (Qwen3's q_norm / k_norm), then rotate-half RoPE at
+// the (cos, sin) row of position pos: the CPU reference of qk_norm_rope_cache and of the fused decode.
+static std::vector<double> head_norm_rope_ref(const float* x, const std::vector<float>& w, const std::vector<float2>& cs, int pos,
+                                              int hd, double eps) {
+    double ss = 0;
+    for (int i = 0; i < hd; i++) ss += (double)x[i] * x[i];
+    double inv = 1 / std::sqrt(ss / hd + eps);
+    int half = hd / 2;
+    std::vector<double> out(hd);
+    for (int i = 0; i < hd; i++) {
+        int j = i < half ? i : i - half;
+        double a = x[j] * inv * w[j], b = x[j + half] * inv * w[j + half];
+        double c = cs[(size_t)pos * half + j].x, sn = cs[(size_t)pos * half + j].y;
+        out[i] = i < half ? a * c - b * sn : b * c + a * sn;
+    }
+    return out;
+}
+
 TEST_CASE("qk_norm_rope_cache: per-head RMSNorm, rotate-half RoPE, cache rows at pos..pos+T-1, bf16 and FP8 cache") {
     Rng r(4);
     for (KvType kt : {KvType::BF16, KvType::FP8})
@@ -154,15 +172,9 @@ TEST_CASE("qk_norm_rope_cache: per-head RMSNorm, rotate-half RoPE, cache rows at
                         }
                         continue;
                     }
-                    const auto& w = h < nh ? qn : kn;
-                    double ss = 0;
-                    for (int i = 0; i < hd; i++) ss += (double)x[i] * x[i];
-                    double inv = 1 / std::sqrt(ss / hd + eps);
+                    auto rotated = head_norm_rope_ref(x, h < nh ? qn : kn, cs, pos0 + t, hd, eps);
                     for (int i = 0; i < hd; i++) {
-                        int half = hd / 2, j = i < half ? i : i - half;
-                        double a = x[j] * inv * w[j], b = x[j + half] * inv * w[j + half];
-                        double c = cs[(size_t)(pos0 + t) * half + j].x, sn = cs[(size_t)(pos0 + t) * half + j].y;
-                        double val = i < half ? a * c - b * sn : b * c + a * sn;
+                        double val = rotated[i];
                         if (h < nh) {
                             ref_q.push_back(val);
                             got_q.push_back(q[((size_t)t * nh + h) * hd + i]);
@@ -198,13 +210,16 @@ static std::vector<double> matmul_ref(const std::vector<float>& W, const std::ve
     return y;
 }
 
-TEST_CASE("gemv: plain, residual add, fused rmsnorm, fused rmsnorm + swiglu, odd shapes, K split over clusters") {
+TEST_CASE("gemv: plain, residual add, fused rmsnorm, fused rmsnorm + swiglu, odd shapes, K split over warps and clusters") {
     Rng r(5);
-    for (int splits : {0, 1, 2, 4, 8})  // 0: the launch rule; a split that does not fit the shape falls back to 1
+    // {0, 0}: the launch rule; a layout that does not fit the shape falls back to {1, 1}
+    for (GemvLayout lay : {GemvLayout{0, 0}, GemvLayout{1, 1}, GemvLayout{2, 1}, GemvLayout{4, 1}, GemvLayout{8, 1}, GemvLayout{1, 2},
+                           GemvLayout{1, 4}, GemvLayout{1, 8}})
     for (auto shape : std::vector<std::pair<int, int>>{{1, 8}, {3, 64}, {17, 1000}, {256, 2560}, {515, 136}, {4097, 4104}, {300, 8192}}) {
         int N = shape.first, K = shape.second;
-        gemv_forced_splits() = splits;
-        CAPTURE(splits);
+        gemv_forced_layout() = lay;
+        CAPTURE(lay.S);
+        CAPTURE(lay.KS);
         CAPTURE(N);
         CAPTURE(K);
         auto W = random_bf16_values((size_t)N * K, r);
@@ -245,7 +260,7 @@ TEST_CASE("gemv: plain, residual add, fused rmsnorm, fused rmsnorm + swiglu, odd
             CHECK_CLOSE(compare(from_bf16(d_h.download()), ref_h), 1e-2);
         }
     }
-    gemv_forced_splits() = 0;
+    gemv_forced_layout() = GemvLayout{0, 0};
 }
 
 TEST_CASE("gemm (cuBLAS, bf16 in, fp32 out): store and accumulate") {
@@ -398,6 +413,74 @@ TEST_CASE("flash-decoding: contexts 1..16k, GQA 1/2/4/8, head_dim 64/128, severa
                         fd.part_ml = mem.alloc<float2>((size_t)nh * splits, "test");
                         d_out.poison();
                         flash_decode(fd, d_q.p, kt, cache.layer(), d_pos.p, d_out.p, 0);
+                        CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), 1e-2);
+                    }
+                }
+}
+
+TEST_CASE("flash-decoding fused with q/k norm, RoPE and the cache write: reference output, exactly the new row written") {
+    Rng r(10);
+    GpuMemory mem;
+    for (KvType kt : {KvType::BF16, KvType::FP8})
+        for (int hd : {64, 128})
+            for (int G : {1, 4, 8})
+                for (int len : {1, 64, 65, 1000, 4096}) {
+                    int nkv = 2, nh = nkv * G, ctx = len + 5, pos = len - 1, qkv_row = (nh + 2 * nkv) * hd;
+                    float eps = 1e-6f;
+                    CAPTURE((int)kt);
+                    CAPTURE(hd);
+                    CAPTURE(G);
+                    CAPTURE(len);
+                    RopeConfig rc;
+                    rc.theta = 1000000;
+                    RopeTable rope = make_rope_table(rc, hd, ctx, mem, 0);
+                    auto cs = rope_cos_sin_host(rc, hd, ctx);
+                    auto qkv = random_floats(qkv_row, r, 2.f);
+                    auto qn = random_bf16_values(hd, r), kn = random_bf16_values(hd, r);
+                    DeviceVec<float> d_qkv(qkv);
+                    DeviceVec<bf16> d_qn(to_bf16(qn)), d_kn(to_bf16(kn)), d_out((size_t)nh * hd);
+                    DeviceVec<int> d_pos(std::vector<int>{pos});
+                    FlashDecode planned = flash_decode_plan(nh, nkv, hd, ctx, mem);
+                    for (int splits : {1, 3, planned.n_splits}) {
+                        CAPTURE(splits);
+                        TestCache cache = make_test_cache(kt, random_floats((size_t)nkv * ctx * hd, r, 1.5f),
+                                                          random_floats((size_t)nkv * ctx * hd, r), hd);
+                        std::vector<uint8_t> k_before = cache.k->download(), v_before = cache.v->download();
+                        FlashDecode fd = planned;
+                        fd.n_splits = splits;
+                        fd.part_o = mem.alloc<float>((size_t)nh * splits * hd, "test");
+                        fd.part_ml = mem.alloc<float2>((size_t)nh * splits, "test");
+                        d_out.poison();
+                        flash_decode_fused(fd, DecodeQkv{d_qkv.p, d_qn.p, d_kn.p, rope.cos_sin, eps}, kt, cache.layer(), d_pos.p,
+                                           d_out.p, 0);
+                        std::vector<uint8_t> k_after = cache.k->download(), v_after = cache.v->download();
+                        std::vector<float> ks_after = cache.ks->download(), vs_after = cache.vs->download();
+                        // The new rows hold k = rope(k_norm(k_raw)) and v = v_raw; every other row is as it was.
+                        std::vector<double> ref_k, ref_v;
+                        std::vector<float> got_k, got_v, kfull = cache.kref, vfull = cache.vref;
+                        size_t eb = kt == KvType::BF16 ? 2 : 1, changed_elsewhere = 0;
+                        for (int h = 0; h < nkv; h++) {
+                            size_t row = (size_t)h * ctx + pos;
+                            auto kr = head_norm_rope_ref(&qkv[(size_t)(nh + h) * hd], kn, cs, pos, hd, eps);
+                            for (int i = 0; i < hd; i++) {
+                                ref_k.push_back(kr[i]);
+                                ref_v.push_back(qkv[(size_t)(nh + nkv + h) * hd + i]);
+                                got_k.push_back(kfull[row * hd + i] = cache_value(k_after, ks_after, kt, row, hd, i));
+                                got_v.push_back(vfull[row * hd + i] = cache_value(v_after, vs_after, kt, row, hd, i));
+                            }
+                        }
+                        for (size_t b = 0; b < k_after.size(); b++)  // row index h * ctx + p: only p == pos may change
+                            if (b / (hd * eb) % ctx != (size_t)pos && (k_after[b] != k_before[b] || v_after[b] != v_before[b]))
+                                changed_elsewhere++;
+                        double cache_bound = kt == KvType::BF16 ? 5e-3 : 4e-2;
+                        CHECK_CLOSE(compare(got_k, ref_k), cache_bound);
+                        CHECK_CLOSE(compare(got_v, ref_v), cache_bound);
+                        CHECK(changed_elsewhere == 0);
+                        // The output against attention over what the cache holds, with q = rope(q_norm(q_raw)) in bf16.
+                        std::vector<float> q_ref;
+                        for (int h = 0; h < nh; h++)
+                            for (double x : head_norm_rope_ref(&qkv[(size_t)h * hd], qn, cs, pos, hd, eps)) q_ref.push_back(round_to_bf16((float)x));
+                        auto ref = attention_ref(q_ref, kfull, vfull, 1, pos, nh, nkv, hd, ctx);
                         CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), 1e-2);
                     }
                 }

@@ -1,9 +1,9 @@
 // bench_gemv — decode GEMV bandwidth per projection shape and weight format (a microbenchmark, not a test).
 //
-//   build/sm_90/tools/bench_gemv            Qwen3-4B and Qwen3-8B projection shapes, bf16 / fp8 / int4, by K split
+//   build/sm_90/tools/bench_gemv            Qwen3-0.6B, 4B and 8B projection shapes, bf16 / fp8 / int4, by work layout
 //
 // Each shape runs on enough copies of its weights (rotated) that they never fit in L2, on random data,
-// timed with CUDA events over 50 back-to-back launches (each may overlap the previous one's tail through
+// timed with CUDA events over 200 back-to-back launches (each may overlap the previous one's tail through
 // programmatic dependent launch, as in the engine; one column turns that off); GB/s counts the bytes the
 // kernel must read (weights + scales).
 // The same shapes through cuBLAS (bf16 GEMM with one column) are printed for comparison, with the device
@@ -69,6 +69,7 @@ int main() {
         CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
         std::printf("device: %s, copy bandwidth %.1f GB/s, L2 %d MB\n", prop.name, copy, prop.l2CacheSize >> 20);
         std::vector<GemvShape> shapes = {
+            {"0.6B", "qkv", 4096, 1024},  {"0.6B", "o", 1024, 2048},    {"0.6B", "gate_up", 6144, 1024}, {"0.6B", "down", 1024, 3072},
             {"4B", "qkv", 6144, 2560},    {"4B", "o", 2560, 4096},      {"4B", "gate_up", 19456, 2560},
             {"4B", "down", 2560, 9728},   {"4B", "lm_head", 151936, 2560}, {"8B", "qkv", 6144, 4096},
             {"8B", "o", 4096, 4096},      {"8B", "gate_up", 24576, 4096}, {"8B", "down", 4096, 12288},
@@ -76,15 +77,17 @@ int main() {
         };
         struct Fmt { const char* name; WFormat f; };
         std::vector<Fmt> fmts = {{"bf16", WFormat::BF16}, {"fp8", WFormat::FP8}, {"int4", WFormat::INT4}};
-        struct Variant { int splits; bool pdl, rmsnorm; };  // splits 0: the engine's rule
-        const Variant variants[] = {{0, true, false}, {0, false, false}, {0, true, true}, {1, true, false},
-                                    {2, true, false}, {4, true, false}, {8, true, false}};
+        struct Variant { GemvLayout layout; bool pdl, rmsnorm; };  // layout {0, 0}: the engine's rule
+        const Variant variants[] = {{{0, 0}, true, false}, {{0, 0}, false, false}, {{0, 0}, true, true}, {{1, 1}, true, false},
+                                    {{1, 2}, true, false}, {{1, 4}, true, false}, {{1, 8}, true, false}, {{2, 1}, true, false},
+                                    {{4, 1}, true, false}};
         const bool pdl_default = pdl_enabled();
         Gemm gemm;
         for (const Fmt& f : fmts) {
-            std::printf("\n%s weights: GB/s (%% of copy) by K split (thread-block cluster); 'auto' is what the engines use\n", f.name);
-            std::printf("%-4s %-8s %7s %6s | %11s %11s %11s %11s %11s %11s %11s |%s\n", "", "shape", "N", "K", "auto", "auto no-pdl", "auto+norm",
-                        "1", "2", "4", "8",
+            std::printf("\n%s weights: GB/s (%% of copy) by layout (KS warps per row pair, S blocks per cluster); 'auto' is what the "
+                        "engines use\n", f.name);
+            std::printf("%-4s %-8s %7s %6s | %11s %11s %11s %11s %11s %11s %11s %11s %11s |%s\n", "", "shape", "N", "K", "auto", "auto no-pdl", "auto+norm",
+                        "KS 1", "KS 2", "KS 4", "KS 8", "S 2", "S 4",
                         f.f == WFormat::BF16 ? " cuBLAS" : "");
             for (const GemvShape& sh : shapes) {
                 std::printf("%-4s %-8s %7d %6d |", sh.model, sh.name, sh.N, sh.K);
@@ -105,10 +108,10 @@ int main() {
                 int copies = (int)std::max<size_t>(1, CEIL_DIV((size_t)4 * prop.l2CacheSize, probe.bytes()));
                 std::vector<Linear> Ls;
                 for (int i = 0; i < copies; i++) Ls.push_back(make(f.f, sh.N, sh.K, probe.kblock, mem));
-                const int iters = 50;
+                const int iters = 200;
                 GpuTimer t(st);
                 for (const Variant& v : variants) {
-                    gemv_forced_splits() = v.splits;
+                    gemv_forced_layout() = v.layout;
                     pdl_enabled() = pdl_default && v.pdl;
                     auto run = [&](const Linear& L) {
                         if (v.rmsnorm) gemv_rmsnorm(L, xf, norm_w, 1e-6f, y, st);
@@ -121,7 +124,7 @@ int main() {
                     double gbs = probe.bytes() * (double)iters / (ms * 1e-3) / 1e9;
                     std::printf(" %5.0f (%3.0f%%)", gbs, 100 * gbs / copy);
                 }
-                gemv_forced_splits() = 0;
+                gemv_forced_layout() = GemvLayout{0, 0};
                 pdl_enabled() = pdl_default;
                 if (f.f == WFormat::BF16) {  // cuBLAS on the same bf16 copies
                     t.start();
