@@ -16,7 +16,9 @@
 // output o) and writes (m, l, o). The last block of a KV head to finish merges the splits:
 //   M = max m_s,  L = sum l_s 2^(m_s - M),  out = sum o_s 2^(m_s - M) / L.
 // The split count is fixed at plan time (CUDA graphs replay a fixed grid); the slice length follows the
-// live length *d_pos + 1, so a short context uses few splits and idle blocks write l = 0.
+// live length *d_pos + 1, so a short context uses few splits; the blocks of the other splits return at once
+// (they are launched, since the grid is fixed, but touch nothing: the merge and its counter only count the
+// active splits).
 // Layout inside a block: head_dim / 8 lanes share a key, each loading 16 bytes (8 dims) of K and of V;
 // a warp covers 256 / head_dim keys per step, 4 warps per block, U steps unrolled so that 2U 16-byte
 // loads (8-byte for FP8, with twice the steps) per lane are in flight. FP8 scales fold into the score and
@@ -88,7 +90,7 @@ __device__ __forceinline__ void flash_decode_merge(const float* part_o, const fl
         float lsum = 0.f;
         for (int s = lane; s < n_active; s += 32) {
             float2 v = __ldcg(&ml[s]);
-            float w = v.y > 0.f ? exp2f(v.x - m_max) : 0.f;  // an idle split has l = 0 (and m = -inf)
+            float w = v.y > 0.f ? exp2f(v.x - m_max) : 0.f;  // guard: a split without keys would have l = 0, m = -inf
             c[g][s] = w;
             lsum += v.y * w;
         }
@@ -154,6 +156,8 @@ __global__ void __launch_bounds__(kFdWarps * 32)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = lane / LPK, dl = lane % LPK;
     const int pos = *d_pos, len = pos + 1, chunk = flash_decode_chunk(len, n_splits, KPB * U);
     const int begin = split * chunk, end = min(len, begin + chunk);
+    const int n_active = min(n_splits, (len + chunk - 1) / chunk);
+    if (split >= n_active) return;  // an idle split (short context): whole block
     const bool fused = in.qkv != nullptr;
 
     float qf[G][8], m[G], l[G], acc[G][8];
@@ -274,11 +278,11 @@ __global__ void __launch_bounds__(kFdWarps * 32)
     __shared__ bool last;
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&done[kvh], 1) == n_splits - 1;
+    if (threadIdx.x == 0) last = atomicAdd(&done[kvh], 1) == n_active - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-    flash_decode_merge<G>(part_o, part_ml, n_splits, min(n_splits, (len + chunk - 1) / chunk), HD, kvh * G, out);
+    flash_decode_merge<G>(part_o, part_ml, n_splits, n_active, HD, kvh * G, out);
     if (threadIdx.x == 0) done[kvh] = 0;  // ready for the next step (CUDA graphs replay this kernel)
 }
 

@@ -52,13 +52,7 @@ namespace monocu {
 enum class GemvInput { BF16, F32_RMSNORM };
 enum class GemvOutput { STORE_F32, ADD_F32, SWIGLU_BF16 };
 
-#ifndef MONOCU_GEMV_UNROLL  // experiment knobs (tools/bench_gemv builds); the defaults are what the engines use
-#define MONOCU_GEMV_UNROLL 4
-#endif
-#ifndef MONOCU_GEMV_MIN_BLOCKS
-#define MONOCU_GEMV_MIN_BLOCKS 1
-#endif
-constexpr int kGemvRowsPerWarp = 2, kGemvUnroll = MONOCU_GEMV_UNROLL, kGemvWarps = 8, kGemvRowsPerBlock = kGemvWarps * kGemvRowsPerWarp;
+constexpr int kGemvRowsPerWarp = 2, kGemvUnroll = 4, kGemvWarps = 8, kGemvRowsPerBlock = kGemvWarps * kGemvRowsPerWarp;
 constexpr float kFp8XScale = 1.f / 256.f, kInt4XScale = 1.f / 16.f;
 
 // ---- input staging and output, shared by every format ----
@@ -220,7 +214,7 @@ __device__ __forceinline__ void gemv_stage_x(const void* x_in, const bf16* norm_
 //     of the cluster adds the others' sums out of their shared memory (distributed shared memory).
 // Both add partial sums in a fixed order: deterministic, no atomics, no extra launch.
 template <class F, GemvInput IN, GemvOutput OUT>
-__global__ void __launch_bounds__(kGemvWarps * 32, MONOCU_GEMV_MIN_BLOCKS)
+__global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_kernel(Linear L, const void* __restrict__ x_in, const bf16* __restrict__ norm_w, float eps, float* __restrict__ y,
                 bf16* __restrict__ y_bf16, int S, int KS) {
     extern __shared__ __align__(16) unsigned char gemv_smem[];
