@@ -136,8 +136,11 @@ __device__ __forceinline__ void flash_decode_store_new_row(const DecodeQkv& in, 
     kv_store_8<KV, LPK>(kv.v, kv.v_scale, row, dl, v, writer);
 }
 
+// bf16 cache, G <= 4: at most 128 registers, so 4 blocks fit an SM and the planned 4 blocks per SM run as one
+// wave (165 registers gave 3 per SM: 1.33 waves at long context; 8B at 16k ran 129 instead of 135 tok/s).
+// The FP8 path (twice the unrolled steps) spills under that bound and measured no better, so it is left free.
 template <int HD, int G, KvType KV>
-__global__ void __launch_bounds__(kFdWarps * 32)
+__global__ void __launch_bounds__(kFdWarps * 32, KV == KvType::BF16 && G <= 4 ? 4 : 1)
     flash_decode_split_kernel(const bf16* __restrict__ q, DecodeQkv in, KvLayer kv, const int* __restrict__ d_pos, int ctx, int n_splits,
                               float scale_log2, float* __restrict__ part_o, float2* __restrict__ part_ml, int* __restrict__ done,
                               bf16* __restrict__ out) {
