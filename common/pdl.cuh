@@ -9,9 +9,10 @@
 //       ...
 //   }
 //
-// Why: decoding one token runs ~200 small kernels. Normally kernel n+1 is launched only when kernel n has
-// drained, and the GPU sits idle while its blocks ramp up: a few microseconds per kernel, 10-20% of a
-// token on a 4B model. With the launch attribute below, kernel n+1's blocks are scheduled as soon as every
+// Why: decoding one token runs ~200 small kernels. Normally kernel n+1 starts only when kernel n has
+// drained, and HBM sits idle while kernel n's last blocks finish and kernel n+1's first loads are in
+// flight (measured gain from overlapping that: 1-3 points of roofline on Qwen3-4B, kb/status.md). With the
+// launch attribute below, kernel n+1's blocks are scheduled as soon as every
 // block of kernel n has called griddepcontrol.launch_dependents (PTX ISA, "griddepcontrol"); they fill
 // the SMs' free slots, start streaming their weights, then griddepcontrol.wait holds them until kernel n has
 // finished and its writes are visible. Kernel n itself waited for kernel n-1 before finishing, so the

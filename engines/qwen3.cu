@@ -18,10 +18,10 @@
 #include "config.h"
 #include "embed.cuh"
 #include "flash_decode.cuh"
-#include "pdl.cuh"
 #include "kv_cache.cuh"
 #include "linear.cuh"
 #include "load_linear.cuh"
+#include "pdl.cuh"
 #include "prompt.h"
 #include "rope.cuh"
 #include "safetensors.h"
@@ -327,6 +327,7 @@ struct TokenPipe {
         for (cudaEvent_t& e : ready) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }
     ~TokenPipe() {
+        if (queued > read) cudaEventSynchronize(ready[(queued - 1) % 2]);  // a step queued ahead still writes host[]
         for (cudaEvent_t e : ready) cudaEventDestroy(e);
         cudaFreeHost(host);
     }
