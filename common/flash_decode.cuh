@@ -115,11 +115,6 @@ __device__ __forceinline__ int flash_decode_chunk(int len, int n_splits, int key
     return max(1, (chunk + keys_per_iter - 1) / keys_per_iter) * keys_per_iter;
 }
 
-__device__ __forceinline__ void load_float8(const float* p, float* x) {  // p 32-byte aligned
-    float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
-}
-
 // Warp-wide (slot 0's lanes store): the new token's cache row of KV head kvh at position pos.
 template <int HD, KvType KV>
 __device__ __forceinline__ void flash_decode_store_new_row(const DecodeQkv& in, const KvLayer& kv, int n_heads, int n_kv, int kvh, int pos,

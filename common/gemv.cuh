@@ -195,9 +195,8 @@ __device__ __forceinline__ void gemv_stage_x(const void* x_in, const bf16* norm_
         if constexpr (IN == GemvInput::BF16) {
             bf16x8_to_float(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(x_in) + k0 + i), v);
         } else {
-            const float4* x4 = reinterpret_cast<const float4*>(static_cast<const float*>(x_in) + k0 + i);
-            float4 a = x4[0], b = x4[1];
-            float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            float xv[8];
+            load_float8(static_cast<const float*>(x_in) + k0 + i, xv);
             bf16x8_to_float(*reinterpret_cast<const uint4*>(norm_w + k0 + i), v);
 #pragma unroll
             for (int k = 0; k < 8; k++) v[k] = __bfloat162float(__float2bfloat16_rn(xv[k] * inv * v[k]));

@@ -85,6 +85,12 @@ __device__ __forceinline__ void bf16x8_to_float(uint4 v, float* f) {
     }
 }
 
+// 8 floats from a 16-byte aligned address (two 16-byte loads).
+__device__ __forceinline__ void load_float8(const float* p, float* x) {
+    float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+
 // ---- checkpoint tensors to bf16 on the device ----
 
 static __global__ void f32_to_bf16_kernel(const float* __restrict__ in, bf16* __restrict__ out, size_t n) {

@@ -384,6 +384,15 @@ TEST_CASE("prefill attention (tensor cores): GQA 1/2/4/8, head_dim 64/128, earli
                 }
 }
 
+// A plan with another split count (and partial buffers to match): the kernels must not depend on the plan's.
+static FlashDecode with_splits(const FlashDecode& planned, int splits, GpuMemory& mem) {
+    FlashDecode fd = planned;
+    fd.n_splits = splits;
+    fd.part_o = mem.alloc<float>((size_t)fd.n_heads * splits * fd.head_dim, "test");
+    fd.part_ml = mem.alloc<float2>((size_t)fd.n_heads * splits, "test");
+    return fd;
+}
+
 TEST_CASE("flash-decoding: contexts 1..16k, GQA 1/2/4/8, head_dim 64/128, several split counts, bf16 and FP8 cache") {
     Rng r(8);
     GpuMemory mem;
@@ -407,10 +416,7 @@ TEST_CASE("flash-decoding: contexts 1..16k, GQA 1/2/4/8, head_dim 64/128, severa
                         CAPTURE(G);
                         CAPTURE(len);
                         CAPTURE(splits);
-                        FlashDecode fd = planned;
-                        fd.n_splits = splits;
-                        fd.part_o = mem.alloc<float>((size_t)nh * splits * hd, "test");
-                        fd.part_ml = mem.alloc<float2>((size_t)nh * splits, "test");
+                        FlashDecode fd = with_splits(planned, splits, mem);
                         d_out.poison();
                         flash_decode(fd, d_q.p, kt, cache.layer(), d_pos.p, d_out.p, 0);
                         CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), 1e-2);
@@ -446,10 +452,7 @@ TEST_CASE("flash-decoding fused with q/k norm, RoPE and the cache write: referen
                         TestCache cache = make_test_cache(kt, random_floats((size_t)nkv * ctx * hd, r, 1.5f),
                                                           random_floats((size_t)nkv * ctx * hd, r), hd);
                         std::vector<uint8_t> k_before = cache.k->download(), v_before = cache.v->download();
-                        FlashDecode fd = planned;
-                        fd.n_splits = splits;
-                        fd.part_o = mem.alloc<float>((size_t)nh * splits * hd, "test");
-                        fd.part_ml = mem.alloc<float2>((size_t)nh * splits, "test");
+                        FlashDecode fd = with_splits(planned, splits, mem);
                         d_out.poison();
                         flash_decode_fused(fd, DecodeQkv{d_qkv.p, d_qn.p, d_kn.p, rope.cos_sin, eps}, kt, cache.layer(), d_pos.p,
                                            d_out.p, 0);
