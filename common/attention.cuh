@@ -12,41 +12,19 @@
 // warp 16 rows. Keys and values stream through shared memory 64 at a time; S = Q K^T and O += P V run
 // on mma.sync m16n8k16 (bf16 in, fp32 accumulate); the softmax is online (running row max m, running
 // sum l, O rescaled by 2^(m_old - m_new) whenever the max grows), so S never leaves registers.
-// Fragment layouts (PTX ISA, "mma.m16n8k16"): with g = lane / 4, t = lane % 4,
-//   A (16x16, row-major): {A[g][2t..2t+1], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]}
-//   B (16x8, "col"):      {B[2t..2t+1][g], B[2t+8..2t+9][g]}
-//   C (16x8, fp32):       {C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]}
-// so S's accumulators, rounded to bf16, are directly the A operand of P V; K rows give B for Q K^T with
-// plain 32-bit loads, and V's B fragments come from ldmatrix.trans. Shared-memory rows are padded by 16
-// bytes so that the 8 rows a warp touches at once fall in different banks.
+// Fragment layouts (mma.cuh): S's accumulators, rounded to bf16, are directly the A operand of P V; K
+// rows give B for Q K^T with plain 32-bit loads, and V's B fragments come from ldmatrix.trans.
+// Shared-memory rows are padded by 16 bytes so that the 8 rows a warp touches at once fall in different
+// banks.
 #pragma once
 
 #include "gpu_memory.cuh"
 #include "kv_cache.cuh"
+#include "mma.cuh"
 
 namespace monocu {
 
 constexpr int kAttnQ = 64, kAttnK = 64, kAttnWarps = 4;
-
-__device__ __forceinline__ void mma_bf16_16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* smem_row) {
-    uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-}
 
 // 8 elements of a cache row as bf16 (an FP8 row is scaled back first), for the shared-memory tile.
 template <KvType KV>

@@ -19,17 +19,20 @@
 // live length *d_pos + 1, so a short context uses few splits; the blocks of the other splits return at once
 // (they are launched, since the grid is fixed, but touch nothing: the merge and its counter only count the
 // active splits).
-// Layout inside a block: head_dim / 8 lanes share a key, each loading 16 bytes (8 dims) of K and of V;
-// a warp covers 256 / head_dim keys per step, 4 warps per block, U steps unrolled so that 2U 16-byte
-// loads (8-byte for FP8, with twice the steps) per lane are in flight. FP8 scales fold into the score and
-// into p, never into the 8 dims. Scores are kept in log2 units (q pre-scaled by log2(e)/sqrt(d)), so the
-// softmax uses exp2.
+// Inside a block (flash_decode_split_kernel): 4 warps, each taking every 4th 16-key tile of the block's
+// range through a ring in shared memory (cp.async), S = Q K^T and O += P V on tensor cores with the G
+// query heads as the MMA rows, online softmax in registers (FlashAttention-2's inner loop). Scores are
+// kept in log2 units (scaled by log2(e)/sqrt(d)), so the softmax uses exp2.
+// Contract: *d_pos and the cache rows before it are read before the wait for the previous kernel, so
+// they must be written before that kernel was launched (an earlier decode step).
 #pragma once
 
 #include <cfloat>
 
+#include "async_copy.cuh"
 #include "gpu_memory.cuh"
 #include "kv_cache.cuh"
+#include "mma.cuh"
 #include "pdl.cuh"
 #include "rope.cuh"
 
@@ -37,6 +40,7 @@ namespace monocu {
 
 struct FlashDecode {
     int n_heads = 0, n_kv = 0, head_dim = 0, ctx = 0, n_splits = 1;
+    int min_chunk = 64;         // keys: the smallest split (one 16-key tile per warp)
     float* part_o = nullptr;    // [n_heads][n_splits][head_dim]
     float2* part_ml = nullptr;  // [n_heads][n_splits]: (max in log2 units, sum)
     int* done = nullptr;        // [n_kv] split blocks finished for this step; the last one merges, resets to 0
@@ -54,7 +58,7 @@ struct DecodeQkv {
     float eps = 0.f;
 };
 
-constexpr int kFdWarps = 4, kFdMinChunk = 32;  // keys: one unrolled step of a block (head_dim 128, bf16, G <= 4)
+constexpr int kFdWarps = 4;
 
 // Merges softmax state (m2, l2, o2) into (m, l, o); m in log2 units, -inf for "no keys yet".
 template <int N>
@@ -98,13 +102,18 @@ __device__ __forceinline__ void flash_decode_merge(const float* part_o, const fl
         for (int s = lane; s < n_active; s += 32) c[g][s] *= inv_L;  // each lane rescales its own entries
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
-        int g = i / hd, d = i % hd;
+    for (int i = threadIdx.x; i < G * hd / 4; i += blockDim.x) {  // 4 dims per thread: one 16-byte load per split
+        int g = i / (hd / 4), d = (i % (hd / 4)) * 4;
         const float* po = part_o + (size_t)(h0 + g) * n_splits * hd + d;
-        float o = 0.f;
+        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 8
-        for (int s = 0; s < n_active; s++) o = fmaf(__ldcg(po + (size_t)s * hd), c[g][s], o);
-        out[(size_t)(h0 + g) * hd + d] = __float2bfloat16_rn(o);
+        for (int s = 0; s < n_active; s++) {
+            float4 v = __ldcg(reinterpret_cast<const float4*>(po + (size_t)s * hd));
+            float w = c[g][s];
+            o.x = fmaf(v.x, w, o.x), o.y = fmaf(v.y, w, o.y), o.z = fmaf(v.z, w, o.z), o.w = fmaf(v.w, w, o.w);
+        }
+        uint2 packed = make_uint2(pack_bf16x2(o.x, o.y), pack_bf16x2(o.z, o.w));
+        *reinterpret_cast<uint2*>(out + (size_t)(h0 + g) * hd + d) = packed;
     }
 }
 
@@ -131,144 +140,313 @@ __device__ __forceinline__ void flash_decode_store_new_row(const DecodeQkv& in, 
     kv_store_8<KV, LPK>(kv.v, kv.v_scale, row, dl, v, writer);
 }
 
-// bf16 cache, G <= 4: at most 128 registers, so 4 blocks fit an SM and the planned 4 blocks per SM run as one
-// wave (165 registers gave 3 per SM: 1.33 waves at long context; 8B at 16k ran 129 instead of 135 tok/s).
-// The FP8 path (twice the unrolled steps) spills under that bound and measured no better, so it is left free.
+// Shared memory of one warp: a ring of key tiles (16 keys of K and V each, as cp.async lands them) and,
+// for an FP8 cache, the tile converted to fp16 for the MMAs. Rows the MMAs read are padded to HD + 8
+// 16-bit elements, so that the 8 rows a fragment load touches fall in different banks.
+template <int HD, KvType KV>
+struct FdTiles {
+    static constexpr bool kFp8 = KV == KvType::FP8;
+    static constexpr int kKeys = 16;                        // one k16 step of P V, two n8 tiles of Q K^T
+    static constexpr int kLd = HD + 8;                      // padded row of a tile the MMAs read, 16-bit elements
+    static constexpr int kStages = 2;                       // ring stages: the tile in use and the next one in flight
+    static constexpr int kRowBytes = kFp8 ? HD : kLd * 2;   // a row in the ring (FP8: as stored, unpadded)
+    static constexpr int kChunksPerRow = HD * (kFp8 ? 1 : 2) / 16;
+    static constexpr size_t kScaleBytes = kFp8 ? kKeys * 4 : 0;
+    static constexpr size_t kStageBytes = 2 * (kKeys * kRowBytes + kScaleBytes);  // K rows (+ scales), then V
+    static constexpr size_t kConvBytes = kFp8 ? 2 * kKeys * kLd * 2 : 0;
+    static constexpr size_t kWarpBytes = kStages * kStageBytes + kConvBytes;
+    static constexpr size_t kSmemBytes = kFdWarps * kWarpBytes;
+    // kv: 0 = K, 1 = V
+    static __device__ __forceinline__ unsigned char* rows(unsigned char* warp_smem, int stage, int kv) {
+        return warp_smem + stage * kStageBytes + kv * (kKeys * kRowBytes + kScaleBytes);
+    }
+    static __device__ __forceinline__ float* scales(unsigned char* warp_smem, int stage, int kv) {
+        return reinterpret_cast<float*>(rows(warp_smem, stage, kv) + kKeys * kRowBytes);
+    }
+    // The 16-bit tile the MMAs read: the ring stage itself (bf16), or the fp16 conversion buffer (FP8).
+    static __device__ __forceinline__ const uint16_t* mma_tile(unsigned char* warp_smem, int stage, int kv) {
+        if constexpr (kFp8) return reinterpret_cast<const uint16_t*>(warp_smem + kStages * kStageBytes) + kv * kKeys * kLd;
+        else return reinterpret_cast<const uint16_t*>(rows(warp_smem, stage, kv));
+    }
+};
+
+// Warp-wide: starts copying the tile of keys key0 .. key0 + 15 into ring stage `stage` and commits one
+// group. Keys at or past `end` become zeros (so that 0-probability times V stays 0), and so does row
+// `skip` (this token's row, which may not be written yet: flash_decode_fix_row fills it later).
+template <int HD, KvType KV>
+__device__ __forceinline__ void flash_decode_issue_tile(unsigned char* ws, int stage, const uint8_t* k_rows, const uint8_t* v_rows,
+                                                        const float* ks, const float* vs, int key0, int end, int skip, int lane) {
+    using T = FdTiles<HD, KV>;
+    constexpr int kChunks = T::kKeys * T::kChunksPerRow;
+    constexpr size_t kRow = (size_t)HD * (T::kFp8 ? 1 : 2);  // bytes of a cache row in global memory
+#pragma unroll
+    for (int c = lane; c < kChunks; c += 32) {
+        int r = c / T::kChunksPerRow, col = (c % T::kChunksPerRow) * 16, key = key0 + r;
+        bool valid = key < end && key != skip;
+        size_t off = valid ? (size_t)key * kRow + col : 0;
+        cp_async_16(T::rows(ws, stage, 0) + r * T::kRowBytes + col, k_rows + off, valid ? 16 : 0);
+        cp_async_16(T::rows(ws, stage, 1) + r * T::kRowBytes + col, v_rows + off, valid ? 16 : 0);
+    }
+    if constexpr (T::kFp8) {  // the 16 keys' scales: lane = 16 kv + r (one 4-byte copy each: rows are not 16-byte aligned)
+        int kv = lane / 16, r = lane % 16, key = key0 + r;
+        bool valid = key < end && key != skip;
+        cp_async_4(T::scales(ws, stage, kv) + r, (kv ? vs : ks) + (valid ? key : 0), valid ? 4 : 0);
+    }
+    cp_async_commit();
+}
+
+// Warp-wide, after the tile holding row `pos` has landed: that row (and its scales) straight from global
+// memory, where the previous kernel or this launch has just written it.
+template <int HD, KvType KV>
+__device__ __forceinline__ void flash_decode_fix_row(unsigned char* ws, int stage, const uint8_t* k_rows, const uint8_t* v_rows,
+                                                     const float* ks, const float* vs, int r, int pos, int lane) {
+    using T = FdTiles<HD, KV>;
+    constexpr size_t kRow = (size_t)HD * (T::kFp8 ? 1 : 2);
+    int kv = lane / 16, c = lane % 16;
+    if (c < T::kChunksPerRow) {
+        const uint8_t* src = (kv ? v_rows : k_rows) + (size_t)pos * kRow + c * 16;
+        *reinterpret_cast<uint4*>(T::rows(ws, stage, kv) + r * T::kRowBytes + c * 16) = __ldcg(reinterpret_cast<const uint4*>(src));
+    }
+    if (T::kFp8 && c == T::kChunksPerRow) T::scales(ws, stage, kv)[r] = __ldcg((kv ? vs : ks) + pos);
+    __syncwarp();
+}
+
+// Warp-wide, FP8 cache: the landed e4m3 tile (K and V) as fp16 rows for the MMAs (exact: e4m3 is a
+// subset of fp16). The per-key scales are applied to S and P instead.
+template <int HD>
+__device__ __forceinline__ void flash_decode_convert_fp8(unsigned char* ws, int stage, int lane) {
+    using T = FdTiles<HD, KvType::FP8>;
+    constexpr int kChunks = T::kKeys * T::kChunksPerRow;
+#pragma unroll
+    for (int kv = 0; kv < 2; kv++) {
+        uint16_t* dst = const_cast<uint16_t*>(T::mma_tile(ws, stage, kv));
+#pragma unroll
+        for (int c = lane; c < kChunks; c += 32) {
+            int r = c / T::kChunksPerRow, col = (c % T::kChunksPerRow) * 16;
+            uint4 raw = *reinterpret_cast<const uint4*>(T::rows(ws, stage, kv) + r * T::kRowBytes + col);
+            const uint16_t* p = reinterpret_cast<const uint16_t*>(&raw);
+            uint4 h[2];
+            uint32_t* hp = reinterpret_cast<uint32_t*>(h);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                __half2_raw x = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(p[k]), __NV_E4M3);
+                hp[k] = static_cast<uint32_t>(x.x) | (static_cast<uint32_t>(x.y) << 16);
+            }
+            *reinterpret_cast<uint4*>(dst + r * T::kLd + col) = h[0];
+            *reinterpret_cast<uint4*>(dst + r * T::kLd + col + 8) = h[1];
+        }
+    }
+    __syncwarp();
+}
+
+// Q as the A operand: rows = the G query heads of this KV head (rows >= G are zero, so only the a[0]
+// and a[2] registers are kept), columns = head dims, 16 per k-step. bf16 for a bf16 cache, fp16 for FP8.
+template <int HD, bool F16>
+__device__ __forceinline__ void flash_decode_q_fragments(const bf16* q_rows, int G, int lane, uint32_t (*qa)[2]) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ks++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t v = 0;
+            if (g < G) {
+                v = *reinterpret_cast<const uint32_t*>(q_rows + (size_t)g * HD + ks * 16 + 2 * t + 8 * h);
+                if (F16) {
+                    float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
+                    v = pack_half2(f.x, f.y);
+                }
+            }
+            qa[ks][h] = v;
+        }
+    }
+}
+
+// The split kernel. Grid (splits, KV heads), 4 warps. Each warp takes every 4th 16-key tile of the
+// block's key range and runs FlashAttention-2's inner loop on it with the G query heads as the MMA's M
+// rows: S = Q K^T and O += P V on mma.sync (bf16, or fp16 for an FP8 cache: its K and V are exact in
+// fp16 and its scales multiply S and P), online softmax in registers. Tiles stream through a per-warp
+// ring in shared memory (cp.async), kStages - 1 ahead of the one being multiplied.
+// (The CUDA-core version before this spent ~100 instructions per key on dot products, shuffles and
+// exp2 in every lane: at 16k it took the same 51 us per layer with the FP8 cache as with bf16, so it was
+// not bound by bytes; this one takes 31 / 22 us, kb/status.md.)
+// Before waiting for the previous kernel, a block already reads *d_pos and starts its first tiles: the
+// rows before *d_pos are written by earlier decode steps, which the caller separates from this launch by
+// an ordinary (non-overlapping) launch or copy. Row *d_pos (this token's) is written by the previous
+// kernel or by this launch, so it is read only after the wait (flash_decode_fix_row).
 template <int HD, int G, KvType KV>
-__global__ void __launch_bounds__(kFdWarps * 32, KV == KvType::BF16 && G <= 4 ? 4 : 1)
+__global__ void __launch_bounds__(kFdWarps * 32, 2)
     flash_decode_split_kernel(const bf16* __restrict__ q, DecodeQkv in, KvLayer kv, const int* __restrict__ d_pos, int ctx, int n_splits,
-                              float scale_log2, float* __restrict__ part_o, float2* __restrict__ part_ml, int* __restrict__ done,
+                              int min_chunk, float scale_log2, float* __restrict__ part_o, float2* __restrict__ part_ml, int* __restrict__ done,
                               bf16* __restrict__ out) {
-    using Load = KvLoad<KV>;
-    constexpr int LPK = HD / 8;                // lanes per key, 8 dims each
-    constexpr int KPW = 32 / LPK;              // keys per warp step
-    constexpr int KPB = kFdWarps * KPW;        // keys per block step
-    constexpr int U = (G >= 8 ? 2 : 4) * (KV == KvType::FP8 ? 2 : 1);  // steps unrolled (FP8 loads are 8 bytes)
-    constexpr bool FP8 = KV == KvType::FP8;
-    __shared__ float sm_ml[kFdWarps][G][2];
-    __shared__ float sm_o[kFdWarps][G][HD];
+    using T = FdTiles<HD, KV>;
+    constexpr bool FP8 = T::kFp8;
+    constexpr int NS = T::kStages, LPK = HD / 8;
+    extern __shared__ __align__(16) unsigned char fd_smem[];
+    __shared__ __align__(16) bf16 sq[G][HD];  // fused mode: this group's queries after q_norm and RoPE
 
     pdl_launch_dependents();
-    pdl_wait();  // q (or qkv), the cache and *d_pos were just written
     const int split = blockIdx.x, kvh = blockIdx.y, n_kv = gridDim.y, n_heads = n_kv * G;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = lane / LPK, dl = lane % LPK;
-    const int pos = *d_pos, len = pos + 1, chunk = flash_decode_chunk(len, n_splits, KPB * U);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int pos = *d_pos, len = pos + 1, chunk = flash_decode_chunk(len, n_splits, min_chunk);
     const int begin = split * chunk, end = min(len, begin + chunk);
     const int n_active = min(n_splits, (len + chunk - 1) / chunk);
-    if (split >= n_active) return;  // an idle split (short context): whole block
+    if (split >= n_active) return;  // an idle split (short context): whole block, before any dependent read
     const bool fused = in.qkv != nullptr;
 
-    float qf[G][8], m[G], l[G], acc[G][8];
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        if (fused) {  // q = rope(q_norm(q_raw)), rounded to bf16 as the separate path stores it
-            load_float8(in.qkv + (size_t)(kvh * G + g) * HD + dl * 8, qf[g]);
-            head_norm_rope_8<LPK>(qf[g], in.q_norm, in.rope + (size_t)pos * (HD / 2), dl, in.eps);
-#pragma unroll
-            for (int j = 0; j < 8; j++) qf[g][j] = __bfloat162float(__float2bfloat16_rn(qf[g][j]));
-        } else {
-            bf16x8_to_float(*reinterpret_cast<const uint4*>(q + (size_t)(kvh * G + g) * HD + dl * 8), qf[g]);
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++) qf[g][j] *= scale_log2, acc[g][j] = 0.f;
-        m[g] = -INFINITY;
-        l[g] = 0.f;
-    }
-    if (fused && begin <= pos && pos < end) {  // this block's keys include the new one: make its row first
-        if (warp == 0) flash_decode_store_new_row<HD, KV>(in, kv, n_heads, n_kv, kvh, pos, ctx, dl, slot == 0);
-        __syncthreads();  // the row is read below by every warp of this block (and by no other block)
-    }
-    const size_t eb = FP8 ? 1 : 2;  // bytes per cache element
-    const uint8_t* kb = static_cast<const uint8_t*>(kv.k) + ((size_t)kvh * ctx * HD + dl * 8) * eb;
-    const uint8_t* vb = static_cast<const uint8_t*>(kv.v) + ((size_t)kvh * ctx * HD + dl * 8) * eb;
+    const size_t row_bytes = (size_t)HD * (FP8 ? 1 : 2);
+    const uint8_t* k_rows = static_cast<const uint8_t*>(kv.k) + (size_t)kvh * ctx * row_bytes;
+    const uint8_t* v_rows = static_cast<const uint8_t*>(kv.v) + (size_t)kvh * ctx * row_bytes;
     const float* ks = FP8 ? kv.k_scale + (size_t)kvh * ctx : nullptr;
     const float* vs = FP8 ? kv.v_scale + (size_t)kvh * ctx : nullptr;
+    unsigned char* ws = fd_smem + warp * T::kWarpBytes;
+    auto tile_key0 = [&](int j) { return begin + T::kKeys * (warp + kFdWarps * j); };  // this warp's j-th tile
+    auto issue = [&](int j) {
+        int key0 = tile_key0(j);
+        if (key0 < end) flash_decode_issue_tile<HD, KV>(ws, j % NS, k_rows, v_rows, ks, vs, key0, end, pos, lane);
+        else cp_async_commit();  // an empty group keeps "group j = tile j"
+    };
+#pragma unroll
+    for (int j = 0; j < NS - 1; j++) issue(j);
+    pdl_wait();  // q (or qkv) and row pos were just written
 
-    // base is warp-uniform, so every lane runs the same iterations and the shuffles stay converged.
-    for (int base = begin + warp * KPW; base < end; base += KPB * U) {
-        typename Load::Raw kk[U], vv[U];
-        float kscale[U], vscale[U];
+    // Queries: fused mode makes them here (q_norm, RoPE, rounded to bf16 as the separate path stores them),
+    // warp w the heads w, w + 4, ...; the block holding pos also stores the new cache row first.
+    const bf16* q_rows = q + (size_t)kvh * G * HD;
+    if (fused) {
+        const int slot = lane / LPK, dl = lane % LPK;
+        for (int g0 = warp; g0 < G; g0 += kFdWarps * (32 / LPK)) {
+            int gh = g0 + kFdWarps * slot;  // this lane's head; every lane joins the shuffles
+            float x[8];
+            load_float8(in.qkv + (size_t)(kvh * G + min(gh, G - 1)) * HD + dl * 8, x);
+            head_norm_rope_8<LPK>(x, in.q_norm, in.rope + (size_t)pos * (HD / 2), dl, in.eps);
+            if (gh < G)
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            int key = base + u * KPB + slot;
-            kscale[u] = vscale[u] = 1.f;
-            if (key < end) {
-                kk[u] = Load::load(kb + (size_t)key * HD * eb);
-                vv[u] = Load::load(vb + (size_t)key * HD * eb);
-                if (FP8) kscale[u] = ks[key], vscale[u] = vs[key];
-            }
+                for (int j = 0; j < 8; j++) sq[gh][dl * 8 + j] = __float2bfloat16_rn(x[j]);
         }
-        float s[U][G];
+        if (warp == 0 && begin <= pos && pos < end)
+            flash_decode_store_new_row<HD, KV>(in, kv, n_heads, n_kv, kvh, pos, ctx, lane % LPK, lane / LPK == 0);
+        __syncthreads();  // sq, and the new row, which only this block reads
+        q_rows = &sq[0][0];
+    }
+    uint32_t qa[HD / 16][2];
+    flash_decode_q_fragments<HD, FP8>(q_rows, G, lane, qa);
+
+    float o[HD / 8][4];
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            float kf[8];
-            Load::to_float(kk[u], kf);
+    for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+    float m = -INFINITY, l = 0.f;  // row g (query head g): running max in log2 units, this lane's part of the sum
+    const uint32_t zero = 0;
+
+    for (int j = 0; tile_key0(j) < end; j++) {
+        const int key0 = tile_key0(j), stage = j % NS;
+        __syncwarp();             // every lane is done with tile j - 1: its stage (and the FP8 buffer) may be refilled
+        issue(j + NS - 1);        // so NS - 1 tiles are in flight while this one is waited for and multiplied
+        cp_async_wait<NS - 1>();  // this lane's copies of tile j have landed ...
+        __syncwarp();             // ... and so have the other lanes'
+        if (key0 <= pos && pos < key0 + T::kKeys) flash_decode_fix_row<HD, KV>(ws, stage, k_rows, v_rows, ks, vs, pos - key0, pos, lane);
+        if constexpr (FP8) flash_decode_convert_fp8<HD>(ws, stage, lane);
+        const uint16_t* Kt = T::mma_tile(ws, stage, 0);
+        const uint16_t* Vt = T::mma_tile(ws, stage, 1);
+
+        // S = Q K^T: two tiles of 8 keys; lane holds keys nt * 8 + 2t, + 1 of row g. Even and odd k-steps
+        // accumulate separately: two chains of dependent MMAs half as long.
+        float s[2][4], s_odd[2][4];
 #pragma unroll
-            for (int g = 0; g < G; g++) {
-                float d = 0.f;
+        for (int nt = 0; nt < 2; nt++) {
 #pragma unroll
-                for (int j = 0; j < 8; j++) d = fmaf(qf[g][j], kf[j], d);
+            for (int e = 0; e < 4; e++) s[nt][e] = s_odd[nt][e] = 0.f;
 #pragma unroll
-                for (int o = LPK / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-                s[u][g] = base + u * KPB + slot < end ? d * kscale[u] : -INFINITY;
+            for (int kstep = 0; kstep < HD / 16; kstep++) {
+                const uint16_t* krow = Kt + (nt * 8 + g) * T::kLd + kstep * 16 + 2 * t;
+                uint32_t a[4] = {qa[kstep][0], zero, qa[kstep][1], zero};
+                uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow), b1 = *reinterpret_cast<const uint32_t*>(krow + 8);
+                float* acc = kstep % 2 ? s_odd[nt] : s[nt];
+                if constexpr (FP8) mma_f16_16816(acc, a, b0, b1);
+                else mma_bf16_16816(acc, a, b0, b1);
             }
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[nt][e] += s_odd[nt][e];
         }
+        // Scale to log2 units (and by the FP8 key scales), mask keys past the end, online softmax of row g.
+        float mx = m, p[2][2];
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            float mx = m[g];
+        for (int nt = 0; nt < 2; nt++)
 #pragma unroll
-            for (int u = 0; u < U; u++) mx = fmaxf(mx, s[u][g]);
-            if (mx == -INFINITY) continue;  // no valid key for this lane yet
-            float corr = exp2f(m[g] - mx);
-            l[g] *= corr;
-#pragma unroll
-            for (int j = 0; j < 8; j++) acc[g][j] *= corr;
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                float p = exp2f(s[u][g] - mx);  // 0 for invalid keys
-                if (p == 0.f) continue;
-                float vf[8];
-                Load::to_float(vv[u], vf);
-                l[g] += p;
-                p *= vscale[u];
-#pragma unroll
-                for (int j = 0; j < 8; j++) acc[g][j] = fmaf(p, vf[j], acc[g][j]);
+            for (int e = 0; e < 2; e++) {
+                int r = nt * 8 + 2 * t + e;
+                float v = s[nt][e] * scale_log2;
+                if (FP8) v *= T::scales(ws, stage, 0)[r];
+                p[nt][e] = key0 + r < end ? v : -INFINITY;
+                mx = fmaxf(mx, p[nt][e]);
             }
-            m[g] = mx;
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));  // key0 is valid, so mx is finite
+        float corr = exp2f(m - mx);
+        m = mx;
+        l *= corr;
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++) o[d][0] *= corr, o[d][1] *= corr;
+        uint32_t pa[4];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            float p0 = exp2f(p[nt][0] - m), p1 = exp2f(p[nt][1] - m);
+            l += p0 + p1;
+            if (FP8) {
+                p0 *= T::scales(ws, stage, 1)[nt * 8 + 2 * t], p1 *= T::scales(ws, stage, 1)[nt * 8 + 2 * t + 1];
+                pa[nt * 2] = pack_half2(p0, p1);
+            } else {
+                pa[nt * 2] = pack_bf16x2(p0, p1);
+            }
+            pa[nt * 2 + 1] = zero;  // rows g + 8: no such head
+        }
+        // O += P V: ldmatrix.trans gives V's B fragments, two 8-dim tiles at a time.
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt += 2) {
+            int mi = lane >> 3, r = lane & 7;
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, Vt + ((mi & 1) * 8 + r) * T::kLd + (dt + (mi >> 1)) * 8);
+            if constexpr (FP8) {
+                mma_f16_16816(o[dt], pa, b[0], b[1]);
+                mma_f16_16816(o[dt + 1], pa, b[2], b[3]);
+            } else {
+                mma_bf16_16816(o[dt], pa, b[0], b[1]);
+                mma_bf16_16816(o[dt + 1], pa, b[2], b[3]);
+            }
         }
     }
+    cp_async_wait<0>();  // no copy may land in shared memory once it is reused below
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
 
-    // Merge the key slots of this warp (lanes LPK apart hold the same dims of different keys).
+    // Merge the 4 warps through shared memory (the ring's space), then write this split's partial result.
+    float* wo = reinterpret_cast<float*>(fd_smem);     // [warps][G][HD]
+    float2* wml = reinterpret_cast<float2*>(wo + kFdWarps * G * HD);  // [warps][G]
+    __syncthreads();
+    if (g < G) {
 #pragma unroll
-    for (int off = LPK; off < 32; off <<= 1) {
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            float m2 = __shfl_xor_sync(0xffffffffu, m[g], off), l2 = __shfl_xor_sync(0xffffffffu, l[g], off), o2[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) o2[j] = __shfl_xor_sync(0xffffffffu, acc[g][j], off);
-            softmax_merge<8>(m[g], l[g], acc[g], m2, l2, o2);
+        for (int d = 0; d < HD / 8; d++) {
+            wo[(warp * G + g) * HD + d * 8 + 2 * t] = o[d][0];
+            wo[(warp * G + g) * HD + d * 8 + 2 * t + 1] = o[d][1];
         }
-    }
-    // Merge the warps through shared memory; warp 0 writes this split's partial result.
-    if (slot == 0) {
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            if (dl == 0) sm_ml[warp][g][0] = m[g], sm_ml[warp][g][1] = l[g];
-#pragma unroll
-            for (int j = 0; j < 8; j++) sm_o[warp][g][dl * 8 + j] = acc[g][j];
-        }
+        if (t == 0) wml[warp * G + g] = make_float2(m, l);
     }
     __syncthreads();
-    if (warp == 0 && slot == 0) {
+    for (int i = threadIdx.x; i < G * HD; i += kFdWarps * 32) {
+        int gh = i / HD, d = i % HD;
+        float M = -INFINITY;
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            for (int w = 1; w < kFdWarps; w++) softmax_merge<8>(m[g], l[g], acc[g], sm_ml[w][g][0], sm_ml[w][g][1], &sm_o[w][g][dl * 8]);
-            int h = kvh * G + g;
-            float* dst = part_o + ((size_t)h * n_splits + split) * HD + dl * 8;
+        for (int w = 0; w < kFdWarps; w++) M = fmaxf(M, wml[w * G + gh].x);
+        float acc = 0.f, L = 0.f;
 #pragma unroll
-            for (int j = 0; j < 8; j++) dst[j] = acc[g][j];
-            if (dl == 0) part_ml[(size_t)h * n_splits + split] = make_float2(m[g], l[g]);
+        for (int w = 0; w < kFdWarps; w++) {
+            float2 ml = wml[w * G + gh];
+            float c = ml.y > 0.f ? exp2f(ml.x - M) : 0.f;  // a warp without keys has m = -inf, l = 0
+            acc += wo[(w * G + gh) * HD + d] * c;
+            L += ml.y * c;
         }
+        int h = kvh * G + gh;
+        part_o[((size_t)h * n_splits + split) * HD + d] = acc;
+        if (d == 0) part_ml[(size_t)h * n_splits + split] = make_float2(M, L);
     }
     // The last split block of this KV head to finish merges all splits of its G heads (the "last block"
     // pattern: a fence makes this block's partials visible before it counts itself done), which saves a
@@ -292,8 +470,9 @@ inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ct
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     FlashDecode fd;
     fd.n_heads = n_heads, fd.n_kv = n_kv, fd.head_dim = head_dim, fd.ctx = ctx;
-    // About 4 blocks per SM at full context; at short context one split per kFdMinChunk keys (one step each).
-    fd.n_splits = std::max(1, std::min({CEIL_DIV(4 * sms, n_kv), CEIL_DIV(ctx, kFdMinChunk), kFdMaxSplits}));
+    // About 2 blocks per SM at full context (their shared memory allows 2); at short context one split per
+    // min_chunk keys.
+    fd.n_splits = std::max(1, std::min({CEIL_DIV(2 * sms, n_kv), CEIL_DIV(ctx, fd.min_chunk), kFdMaxSplits}));
     fd.part_o = mem.alloc<float>((size_t)n_heads * fd.n_splits * head_dim, "workspace");
     fd.part_ml = mem.alloc<float2>((size_t)n_heads * fd.n_splits, "workspace");
     fd.done = mem.alloc<int>(n_kv, "workspace");
@@ -301,34 +480,46 @@ inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ct
     return fd;
 }
 
-template <int HD, int G>
-inline void flash_decode_split_launch(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, KvType type, const KvLayer& kv,
-                                      const int* d_pos, bf16* out, cudaStream_t stream) {
+template <int HD, int G, KvType KV>
+inline void flash_decode_split_launch(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, const KvLayer& kv, const int* d_pos,
+                                      bf16* out, cudaStream_t stream) {
+    static bool raised = false;  // one attribute call per instantiation, before any graph capture (eager warm-up)
+    constexpr size_t ring = FdTiles<HD, KV>::kSmemBytes, merge = (size_t)kFdWarps * G * (HD * 4 + 8);  // the merge reuses the ring
+    constexpr size_t smem = ring > merge ? ring : merge;
+    if (!raised) {
+        CUDA_CHECK(cudaFuncSetAttribute(flash_decode_split_kernel<HD, G, KV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        raised = true;
+    }
     dim3 grid(fd.n_splits, fd.n_kv);
     float scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
-    auto kernel = type == KvType::BF16 ? flash_decode_split_kernel<HD, G, KvType::BF16> : flash_decode_split_kernel<HD, G, KvType::FP8>;
-    launch(kernel, grid, kFdWarps * 32, 0, stream, q, in, kv, d_pos, fd.ctx, fd.n_splits, scale_log2, fd.part_o, fd.part_ml, fd.done, out);
+    launch(flash_decode_split_kernel<HD, G, KV>, grid, kFdWarps * 32, smem, stream, q, in, kv, d_pos, fd.ctx, fd.n_splits, fd.min_chunk, scale_log2,
+           fd.part_o, fd.part_ml, fd.done, out);
 }
 
-template <int HD>
-inline void flash_decode_split_dispatch(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, KvType t, const KvLayer& kv,
-                                        const int* d_pos, bf16* out, cudaStream_t s) {
+template <int HD, KvType KV>
+inline void flash_decode_split_dispatch(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, const KvLayer& kv, const int* d_pos,
+                                        bf16* out, cudaStream_t s) {
     switch (fd.n_heads / fd.n_kv) {
-        case 1: return flash_decode_split_launch<HD, 1>(fd, q, in, t, kv, d_pos, out, s);
-        case 2: return flash_decode_split_launch<HD, 2>(fd, q, in, t, kv, d_pos, out, s);
-        case 3: return flash_decode_split_launch<HD, 3>(fd, q, in, t, kv, d_pos, out, s);
-        case 4: return flash_decode_split_launch<HD, 4>(fd, q, in, t, kv, d_pos, out, s);
-        case 5: return flash_decode_split_launch<HD, 5>(fd, q, in, t, kv, d_pos, out, s);
-        case 6: return flash_decode_split_launch<HD, 6>(fd, q, in, t, kv, d_pos, out, s);
-        case 7: return flash_decode_split_launch<HD, 7>(fd, q, in, t, kv, d_pos, out, s);
-        case 8: return flash_decode_split_launch<HD, 8>(fd, q, in, t, kv, d_pos, out, s);
+        case 1: return flash_decode_split_launch<HD, 1, KV>(fd, q, in, kv, d_pos, out, s);
+        case 2: return flash_decode_split_launch<HD, 2, KV>(fd, q, in, kv, d_pos, out, s);
+        case 3: return flash_decode_split_launch<HD, 3, KV>(fd, q, in, kv, d_pos, out, s);
+        case 4: return flash_decode_split_launch<HD, 4, KV>(fd, q, in, kv, d_pos, out, s);
+        case 5: return flash_decode_split_launch<HD, 5, KV>(fd, q, in, kv, d_pos, out, s);
+        case 6: return flash_decode_split_launch<HD, 6, KV>(fd, q, in, kv, d_pos, out, s);
+        case 7: return flash_decode_split_launch<HD, 7, KV>(fd, q, in, kv, d_pos, out, s);
+        case 8: return flash_decode_split_launch<HD, 8, KV>(fd, q, in, kv, d_pos, out, s);
     }
 }
 
 inline void flash_decode_any(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, KvType type, const KvLayer& kv, const int* d_pos,
                              bf16* out, cudaStream_t stream) {
-    if (fd.head_dim == 64) flash_decode_split_dispatch<64>(fd, q, in, type, kv, d_pos, out, stream);
-    else flash_decode_split_dispatch<128>(fd, q, in, type, kv, d_pos, out, stream);
+    if (fd.head_dim == 64) {
+        if (type == KvType::BF16) flash_decode_split_dispatch<64, KvType::BF16>(fd, q, in, kv, d_pos, out, stream);
+        else flash_decode_split_dispatch<64, KvType::FP8>(fd, q, in, kv, d_pos, out, stream);
+    } else {
+        if (type == KvType::BF16) flash_decode_split_dispatch<128, KvType::BF16>(fd, q, in, kv, d_pos, out, stream);
+        else flash_decode_split_dispatch<128, KvType::FP8>(fd, q, in, kv, d_pos, out, stream);
+    }
 }
 
 // One launch: the split blocks, the last of which (per KV head) merges the splits into out. q is ready.

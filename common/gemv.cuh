@@ -368,6 +368,7 @@ inline void gemv_launch_format(const Linear& L, const void* x, const bf16* norm_
     }
     cfg.attrs = attr;
     cfg.numAttrs = add_pdl_attribute(attr, n_attr);
+    prefer_decode_carveout(gemv_kernel<F, IN, OUT>);
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<F, IN, OUT>, L, x, norm_w, eps, y, y_bf16, S, KS));
 }
 

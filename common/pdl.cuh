@@ -23,6 +23,7 @@
 // (the engine's --no-pdl), which turns every launch() back into an ordinary one.
 #pragma once
 
+#include <unordered_set>
 #include <utility>
 
 #include "cuda_check.h"
@@ -62,6 +63,23 @@ inline unsigned add_pdl_attribute(cudaLaunchAttribute* attrs, unsigned n) {
     return n + 1;
 }
 
+// Kernels that overlap must agree on how the SM splits its 256 KB between L1 and shared memory: an SM
+// changes that split (the carveout) only when no block is resident, so a kernel that needs a larger
+// shared part than the one still running waits for the SM to drain, which is the very overlap PDL is
+// for. Every kernel launched through here (and the GEMV and Flash-Decoding) asks for the same split:
+// 164 KB shared (72%), enough for two Flash-Decoding blocks (75 KB each) beside GEMV blocks, and 92 KB of
+// L1, which the GEMVs' loads in flight need. Measured on the H100 (kb/status.md): 8B bf16 decode 155 ->
+// 166 tok/s; the whole shared part (228 KB, 28 KB of L1) slowed the GEMVs by up to 25% instead.
+// Once per kernel, before any graph capture (the engine's first decode step is eager).
+constexpr int kDecodeSharedCarveoutPct = 72;
+
+template <class... Params>
+inline void prefer_decode_carveout(void (*kernel)(Params...)) {
+    static std::unordered_set<const void*> done;
+    if (!done.insert(reinterpret_cast<const void*>(kernel)).second) return;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, kDecodeSharedCarveoutPct));
+}
+
 template <class... Params, class... Args>
 inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
     cudaLaunchConfig_t cfg = {};
@@ -69,6 +87,7 @@ inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
     cudaLaunchAttribute attrs[1];
     cfg.attrs = attrs;
     cfg.numAttrs = add_pdl_attribute(attrs, 0);
+    prefer_decode_carveout(kernel);
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
