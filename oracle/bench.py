@@ -4,7 +4,7 @@
     python3 oracle/bench.py --engine build/sm_90/qwen3 --work /tmp/bench --out kb [--presets qwen3-0.6b,qwen3-4b,qwen3-8b]
 
 For each preset it makes the checkpoint (oracle/make_model.py, once), runs `qwen3 --bench` for every weight
-dtype x KV type at prompt lengths 512, 4096 and 16384 (128 decoded tokens each), and transformers eager
+dtype x KV type at prompt lengths 512, 2048, 4096 and 16384 (128 decoded tokens each), and transformers eager
 (bf16) at 512 and 4096. Writes OUT/bench.md (one row per run: decode tok/s, GB/s, % of the copy bandwidth
 measured in the same process, x transformers; prefill tok/s and % of the GEMM ceiling) and OUT/bench.png
 (decode tok/s against context), plus bench.json with everything parsed.
@@ -19,7 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-CONTEXTS = [512, 4096, 16384]
+CONTEXTS = [512, 2048, 4096, 16384]  # 2048: the prefill bar is stated for a 2k-token prompt
 DTYPES = ["bf16", "fp8", "int4"]
 KVTYPES = ["bf16", "fp8"]
 PREFILL = re.compile(r"prefill\s+(\d+) tokens:\s+([\d.]+) ms,\s+([\d.]+) tok/s,\s+([\d.]+) TFLOP/s = \s*([\d.]+)%")
@@ -100,7 +100,7 @@ def plot(results, path):
             ax.plot([int(x) for x in xs], [run["decode"][x]["tok_s"] for x in xs], "o-", label=key)
         hf = [(int(c), v["decode"]["tok_s"]) for c, v in r["hf"].items() if "decode" in v]
         if hf:
-            ax.plot([h[0] for h in hf], [h[1] for h in hf], "k--", label="transformers eager")
+            ax.plot([h[0] for h in hf], [h[1] for h in hf], "ks--", label="transformers eager")
         ax.set_xscale("log", base=2)
         ax.set_title(preset)
         ax.set_xlabel("context (tokens)")
