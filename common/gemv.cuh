@@ -12,16 +12,18 @@
 //   - a block stages x in shared memory once (normalising it first when the RMSNorm is fused: every block
 //     recomputes the sum of squares in the same single read of x from L2), in the form its weights
 //     multiply best with;
-//   - each warp owns 2 consecutive rows; each lane reads 16-byte chunks at a stride of 32 chunks, so a warp
-//     reads 512 contiguous bytes per row per step; 4 steps are issued before any use (8 independent 16-byte
-//     loads in flight per lane, and the scales of quantized formats with them, so that no load waits on
-//     another); loads bypass L1 (each weight byte is used once); fp32 accumulation across chunks; shuffle
-//     reduction at the end;
+//   - each warp owns R consecutive rows (2 for bf16, 4 for FP8 and INT4); each lane reads 16-byte chunks at a
+//     stride of 32 chunks, so a warp reads 512 contiguous bytes per row per step; 8 / R steps are issued
+//     before any use (8 independent 16-byte loads in flight per lane, and the scales of quantized formats
+//     with them, so that no load waits on another); loads stream past L1 (each weight byte is used once);
+//     fp32 accumulation across chunks; shuffle reduction at the end;
 //   - launched with programmatic dependent launch (pdl.cuh): the first 4 steps' loads are issued while the
 //     previous kernel is still finishing, and only then does the block wait for x;
-//   - blocks of 8 warps own 16 rows; when that makes too few blocks to keep every SM equally busy (a
-//     2560-row projection is 160 blocks on 132 SMs), 2-8 warps share a pair of rows, each summing a slice
-//     of K, and blocks own 8, 4 or 2 rows (gemv_layout). Splitting K across a thread-block cluster is the
+//   - blocks of 8 warps own 8R rows; when that makes too few blocks to keep every SM equally busy (a
+//     2560-row bf16 projection is 160 blocks on 132 SMs), 2-8 warps share a group of R rows, each summing a
+//     slice of K (gemv_layout). Every block stages x once, so the quantized formats, whose rows are 2-4x
+//     fewer bytes, take twice the rows per warp: a block then streams about as many weight bytes per
+//     staging as a bf16 one (FP8 4B gate_up: 608 blocks instead of 1216, each normalising x again). Splitting K across a thread-block cluster is the
 //     other way, kept for comparison (tools/bench_gemv).
 //     Napkin: Qwen3-4B reads ~8.0 GB of bf16 weights per token; at 3.0 TB/s that is 2.7 ms.
 // Per format, what a 16-byte chunk costs (lane instructions, roughly):
@@ -52,7 +54,7 @@ namespace monocu {
 enum class GemvInput { BF16, F32_RMSNORM };
 enum class GemvOutput { STORE_F32, ADD_F32, SWIGLU_BF16 };
 
-constexpr int kGemvRowsPerWarp = 2, kGemvUnroll = 4, kGemvWarps = 8, kGemvRowsPerBlock = kGemvWarps * kGemvRowsPerWarp;
+constexpr int kGemvLoadsInFlight = 8, kGemvWarps = 8;  // 16-byte weight loads per lane per batch; warps per block
 constexpr float kFp8XScale = 1.f / 256.f, kInt4XScale = 1.f / 16.f;
 
 // ---- input staging and output, shared by every format ----
@@ -75,6 +77,7 @@ __device__ __forceinline__ void gemv_write(float acc0, float acc1, int row0, int
 
 struct Bf16Weights {
     static constexpr int kPerChunk = 8;  // weights per 16 bytes
+    static constexpr int kWideRows = 2;  // rows per warp where a projection has rows to spare (gemv_layout)
     static constexpr size_t smem_bytes(int K) { return (size_t)K * 2; }
     // Stores elements i .. i+7 (i a multiple of 8) in the form dot() reads: one 16-byte store.
     static __device__ __forceinline__ void stage8(void* xs, int i, const float* v) {
@@ -101,6 +104,7 @@ struct Bf16Weights {
 
 struct Fp8Weights {
     static constexpr int kPerChunk = 16;
+    static constexpr int kWideRows = 4;
     static constexpr size_t smem_bytes(int K) { return (size_t)K * 2; }
     static __device__ __forceinline__ void stage8(void* xs, int i, const float* v) {
         uint4 r;
@@ -125,6 +129,7 @@ struct Fp8Weights {
 
 struct Int4Weights {
     static constexpr int kPerChunk = 32;
+    static constexpr int kWideRows = 4;
     static constexpr size_t smem_bytes(int K) { return (size_t)K * 2; }
     // Each run of 8 is stored as (x0,x4)(x1,x5)(x2,x6)(x3,x7): the order the nibble masks produce.
     static __device__ __forceinline__ void stage8(void* xs, int i, const float* v) {
@@ -206,40 +211,47 @@ __device__ __forceinline__ void gemv_stage_x(const void* x_in, const bf16* norm_
     __syncthreads();
 }
 
-// Work layout: block b owns 16 / KS rows (rows [(b / S) 16 / KS, +16 / KS)) and the part b % S of K.
-//   KS (1, 2, 4 or 8) warps share each pair of rows, warp w taking slice w % KS of the part's chunks; their
+// Work layout: each warp owns R consecutive rows (2, or 4 for FP8 and INT4 where the projection has rows to
+// spare: their rows are 2-4x fewer bytes, and a block then streams about as many weight bytes as a bf16 one
+// for each time it stages x), so block b owns 8R / KS rows (rows [(b / S) 8R / KS, + 8R / KS)) and the part b % S of K.
+//   KS (1, 2, 4 or 8) warps share each group of R rows, warp w taking slice w % KS of the part's chunks; their
 //     sums meet in shared memory. More, smaller blocks for projections with few rows.
 //   S (1, 2, 4 or 8, Hopper only, KS = 1) blocks form a thread-block cluster over the parts of K, and block 0
 //     of the cluster adds the others' sums out of their shared memory (distributed shared memory).
 // Both add partial sums in a fixed order: deterministic, no atomics, no extra launch.
-template <class F, GemvInput IN, GemvOutput OUT>
+template <class F, GemvInput IN, GemvOutput OUT, int R>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_kernel(Linear L, const void* __restrict__ x_in, const bf16* __restrict__ norm_w, float eps, float* __restrict__ y,
                 bf16* __restrict__ y_bf16, int S, int KS) {
+    constexpr int U = kGemvLoadsInFlight / R;  // R rows per warp, U chunks of each per batch
     extern __shared__ __align__(16) unsigned char gemv_smem[];
     const int N = L.N, K = L.K;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, pair = warp / KS, slice = warp % KS;
-    const int part = blockIdx.x % S, row0 = ((blockIdx.x / S) * (kGemvWarps / KS) + pair) * kGemvRowsPerWarp;
-    const int row1 = min(row0 + 1, N - 1);  // a lone last row computes itself twice; the copy is dropped
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = warp / KS, slice = warp % KS;
+    const int part = blockIdx.x % S, row0 = ((blockIdx.x / S) * (kGemvWarps / KS) + group) * R;
     const bool active = row0 < N;
     const size_t row_bytes = (size_t)K * 16 / F::kPerChunk;
-    const uint4* w0 = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(L.w) + (active ? row0 : 0) * row_bytes);
-    const uint4* w1 = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(L.w) + (active ? row1 : 0) * row_bytes);
+    int rows[R];                // rows past N compute the last row again; their copies are dropped
+    const uint4* w[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        rows[r] = active ? min(row0 + r, N - 1) : 0;
+        w[r] = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(L.w) + rows[r] * row_bytes);
+    }
     const int part_chunks = K / F::kPerChunk / S, slice_chunks = part_chunks / KS;
     const int s0 = slice * slice_chunks, c0 = part * part_chunks + s0;  // first chunk: in the staged part, in the row
 
-    // One batch: kGemvUnroll chunks of each of the two rows, with their scales (quantized formats), all
-    // issued before any is used. The first batch goes out before the wait for the previous kernel (weights
-    // are never written) and before x is staged, so its latency overlaps both.
-    uint4 a[kGemvUnroll], b[kGemvUnroll];
-    float sa[kGemvUnroll], sb[kGemvUnroll];
+    // One batch: U chunks of each of the R rows (8 16-byte loads per lane), with their scales (quantized
+    // formats), all issued before any is used. The first batch goes out before the wait for the previous
+    // kernel (weights are never written) and before x is staged, so its latency overlaps both.
+    uint4 wv[R][U];
+    float sc[R][U];
     auto load_batch = [&](int c) {
 #pragma unroll
-        for (int u = 0; u < kGemvUnroll; u++) {
+        for (int u = 0; u < U; u++) {
             int idx = c + 32 * u;
             if (active && idx < slice_chunks) {
-                a[u] = __ldcs(w0 + c0 + idx), b[u] = __ldcs(w1 + c0 + idx);
-                sa[u] = chunk_scale<F>(L, row0, c0 + idx), sb[u] = chunk_scale<F>(L, row1, c0 + idx);
+#pragma unroll
+                for (int r = 0; r < R; r++) wv[r][u] = __ldcs(w[r] + c0 + idx), sc[r][u] = chunk_scale<F>(L, rows[r], c0 + idx);
             }
         }
     };
@@ -248,48 +260,57 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     pdl_wait();  // x was written by the previous kernel, and y may still be read by it
     gemv_stage_x<F, IN>(x_in, norm_w, eps, K, part * part_chunks * F::kPerChunk, part_chunks * F::kPerChunk, gemv_smem);
 
-    float acc0 = 0.f, acc1 = 0.f;
-    if (active) {
-        for (int c = lane; c < slice_chunks; c += 32 * kGemvUnroll) {
+    float acc[R];
 #pragma unroll
-            for (int u = 0; u < kGemvUnroll; u++) {
+    for (int r = 0; r < R; r++) acc[r] = 0.f;
+    if (active) {
+        for (int c = lane; c < slice_chunks; c += 32 * U) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
                 int idx = c + 32 * u;
                 if (idx >= slice_chunks) continue;
-                acc0 = fmaf(F::dot(a[u], gemv_smem, s0 + idx), sa[u], acc0);
-                acc1 = fmaf(F::dot(b[u], gemv_smem, s0 + idx), sb[u], acc1);
+#pragma unroll
+                for (int r = 0; r < R; r++) acc[r] = fmaf(F::dot(wv[r][u], gemv_smem, s0 + idx), sc[r][u], acc[r]);
             }
-            load_batch(c + 32 * kGemvUnroll);
+            load_batch(c + 32 * U);
         }
-        acc0 = warp_sum(acc0);
-        acc1 = warp_sum(acc1);
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
     }
     if (KS > 1) {
-        __shared__ float2 slice_sum[kGemvWarps];
-        if (lane == 0) slice_sum[warp] = make_float2(acc0, acc1);
+        __shared__ float slice_sum[kGemvWarps][R];
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++) slice_sum[warp][r] = acc[r];
         __syncthreads();
-        if (slice == 0 && lane == 0) {
-            acc0 = acc1 = 0.f;
-            for (int j = 0; j < KS; j++) acc0 += slice_sum[warp + j].x, acc1 += slice_sum[warp + j].y;
-        }
+        if (slice == 0 && lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                acc[r] = 0.f;
+                for (int j = 0; j < KS; j++) acc[r] += slice_sum[warp + j][r];
+            }
     }
 #if __CUDA_ARCH__ >= 900
     if (S > 1) {
-        __shared__ float2 partial[kGemvWarps];
+        __shared__ float partial[kGemvWarps][R];
         cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-        if (lane == 0) partial[warp] = make_float2(acc0, acc1);
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++) partial[warp][r] = acc[r];
         cluster.sync();
-        if (part == 0 && lane == 0) {
-            acc0 = acc1 = 0.f;
-            for (int r = 0; r < S; r++) {
-                float2 p = cluster.map_shared_rank(partial, r)[warp];
-                acc0 += p.x, acc1 += p.y;
+        if (part == 0 && lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                acc[r] = 0.f;
+                for (int b = 0; b < S; b++) acc[r] += cluster.map_shared_rank(&partial[0][0], b)[warp * R + r];
             }
-        }
         cluster.sync();  // the other blocks' shared memory must outlive the reads
     }
 #endif
     if (active && part == 0 && slice == 0 && lane == 0)
-        gemv_write<OUT>(acc0 * row_scale<F>(L, row0), acc1 * row_scale<F>(L, row1), row0, N, y, y_bf16);
+#pragma unroll
+        for (int r = 0; r < R; r += 2)
+            if (row0 + r < N) gemv_write<OUT>(acc[r] * row_scale<F>(L, rows[r]), acc[r + 1] * row_scale<F>(L, rows[r + 1]), row0 + r, N, y, y_bf16);
 }
 
 // ---- launch: format dispatch, block size, checks ----
@@ -311,51 +332,58 @@ inline const GemvDevice& gemv_device() {
     return d;
 }
 
-// How a projection's work is cut: S blocks of a cluster per row group, KS warps per pair of rows.
+// How a projection's work is cut: S blocks of a cluster per row group, KS warps per group of R rows.
 struct GemvLayout {
-    int S = 1, KS = 1;
+    int S = 1, KS = 1, R = 2;
 };
 
 // A fixed layout instead of the rule below (0: the rule); tools/bench_gemv and the tests use it.
 inline GemvLayout& gemv_forced_layout() {
-    static GemvLayout forced{0, 0};
+    static GemvLayout forced{0, 0, 0};
     return forced;
 }
 
-// The rule: the fewest warps per row pair (KS) that make at least 1.5 blocks per SM, so that projections
-// with few rows (Qwen3-4B's 2560-row o_proj and down_proj: 160 blocks of 16 rows for 132 SMs) are cut
-// finely enough to spread evenly, while every lane keeps at least one 16-byte chunk of its slice. Measured
-// with tools/bench_gemv (kb/status.md): 4B's o and down run best at KS = 2 (320 blocks), 8B's (256 blocks)
-// at KS = 1, and more blocks than needed cost more staging of x. Clusters (S > 1) only when forced.
-inline GemvLayout gemv_layout(int N, int chunks) {
+// The rule. R: wide row groups (4 rows per warp, FP8 and INT4: x is staged half as often) unless that needs a
+// K split leaving fewer than 4 chunks per lane (4B int4 qkv, o and down went 10-50% slower with 4 rows and
+// such a split; 8B fp8 qkv, o and down, with 4-12 chunks per lane, 3-5% faster). KS: the fewest warps per row group that make at least 1.5 blocks per SM, so that projections with
+// few rows (Qwen3-4B's 2560-row o_proj and down_proj: 160 blocks of 16 rows for 132 SMs) are cut finely
+// enough to spread evenly, while every lane keeps at least one 16-byte chunk of its slice. Measured with
+// tools/bench_gemv (kb/status.md): 4B's o and down run best at KS = 2 (320 blocks), 8B's (256 blocks) at
+// KS = 1, and more blocks than needed cost more staging of x. Clusters (S > 1) only when forced.
+inline GemvLayout gemv_layout(int N, int chunks, int wide_rows) {
     const GemvDevice& d = gemv_device();
     auto fits = [&](int s, int ks) { return chunks % (s * ks) == 0 && chunks / (s * ks) >= 32; };
+    auto enough_blocks = [&](int rows_per_block) { return 2 * CEIL_DIV(N, rows_per_block) >= 3 * d.sms; };
+    auto split_k = [&](GemvLayout l) {
+        while (l.KS < 8 && !enough_blocks(kGemvWarps * l.R / l.KS) && fits(1, 2 * l.KS)) l.KS *= 2;
+        return l;
+    };
     GemvLayout f = gemv_forced_layout();
     if (f.S || f.KS) {
-        GemvLayout l{std::max(f.S, 1), std::max(f.KS, 1)};
+        GemvLayout l{std::max(f.S, 1), std::max(f.KS, 1), f.R ? std::min(f.R, wide_rows) : 2};
         if (!d.clusters || l.KS > 1) l.S = 1;  // clusters need Hopper, and are not combined with KS
-        if (!fits(l.S, l.KS)) l = GemvLayout{};
+        if (!fits(l.S, l.KS)) l.S = l.KS = 1;
         return l;
     }
-    GemvLayout l;
-    while (l.KS < 8 && 2 * CEIL_DIV(N, kGemvRowsPerBlock / l.KS) < 3 * d.sms && fits(1, 2 * l.KS)) l.KS *= 2;
-    return l;
+    if (f.R) return split_k(GemvLayout{1, 1, std::min(f.R, wide_rows)});
+    GemvLayout wide = split_k(GemvLayout{1, 1, wide_rows});
+    if (wide.KS == 1 || chunks / wide.KS >= 4 * 32) return wide;  // a K split still leaves 4 chunks per lane
+    return split_k(GemvLayout{1, 1, 2});
 }
 
-template <class F, GemvInput IN, GemvOutput OUT>
-inline void gemv_launch_format(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16,
-                               cudaStream_t stream) {
+template <class F, GemvInput IN, GemvOutput OUT, int R>
+inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16, GemvLayout lay,
+                             cudaStream_t stream) {
     static bool raised = false;  // one attribute call per instantiation, before any graph capture (eager warm-up)
     if (!raised) {
-        CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<F, IN, OUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+        CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<F, IN, OUT, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
         raised = true;
     }
-    GemvLayout lay = gemv_layout(L.N, L.K / F::kPerChunk);
     const int S = lay.S, KS = lay.KS;
     size_t smem = F::smem_bytes(L.K / S);
     if (smem > 96 * 1024) die("gemv: K = %d is too large for the shared-memory copy of x", L.K);
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(CEIL_DIV(L.N, kGemvRowsPerBlock / KS) * S);
+    cfg.gridDim = dim3(CEIL_DIV(L.N, kGemvWarps * R / KS) * S);
     cfg.blockDim = dim3(kGemvWarps * 32);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
@@ -368,8 +396,18 @@ inline void gemv_launch_format(const Linear& L, const void* x, const bf16* norm_
     }
     cfg.attrs = attr;
     cfg.numAttrs = add_pdl_attribute(attr, n_attr);
-    prefer_decode_carveout(gemv_kernel<F, IN, OUT>);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<F, IN, OUT>, L, x, norm_w, eps, y, y_bf16, S, KS));
+    prefer_decode_carveout(gemv_kernel<F, IN, OUT, R>);
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<F, IN, OUT, R>, L, x, norm_w, eps, y, y_bf16, S, KS));
+}
+
+template <class F, GemvInput IN, GemvOutput OUT>
+inline void gemv_launch_format(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16,
+                               cudaStream_t stream) {
+    GemvLayout lay = gemv_layout(L.N, L.K / F::kPerChunk, F::kWideRows);
+    if constexpr (F::kWideRows == 4) {
+        if (lay.R == 4) return gemv_launch_rows<F, IN, OUT, 4>(L, x, norm_w, eps, y, y_bf16, lay, stream);
+    }
+    gemv_launch_rows<F, IN, OUT, 2>(L, x, norm_w, eps, y, y_bf16, lay, stream);
 }
 
 template <GemvInput IN, GemvOutput OUT>

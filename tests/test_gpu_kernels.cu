@@ -213,7 +213,7 @@ static std::vector<double> matmul_ref(const std::vector<float>& W, const std::ve
 TEST_CASE("gemv: plain, residual add, fused rmsnorm, fused rmsnorm + swiglu, odd shapes, K split over warps and clusters") {
     Rng r(5);
     // {0, 0}: the launch rule; a layout that does not fit the shape falls back to {1, 1}
-    for (GemvLayout lay : {GemvLayout{0, 0}, GemvLayout{1, 1}, GemvLayout{2, 1}, GemvLayout{4, 1}, GemvLayout{8, 1}, GemvLayout{1, 2},
+    for (GemvLayout lay : {GemvLayout{0, 0, 0}, GemvLayout{1, 1}, GemvLayout{2, 1}, GemvLayout{4, 1}, GemvLayout{8, 1}, GemvLayout{1, 2},
                            GemvLayout{1, 4}, GemvLayout{1, 8}})
     for (auto shape : std::vector<std::pair<int, int>>{{1, 8}, {3, 64}, {17, 1000}, {256, 2560}, {515, 136}, {4097, 4104}, {300, 8192}}) {
         int N = shape.first, K = shape.second;
@@ -260,7 +260,7 @@ TEST_CASE("gemv: plain, residual add, fused rmsnorm, fused rmsnorm + swiglu, odd
             CHECK_CLOSE(compare(from_bf16(d_h.download()), ref_h), 1e-2);
         }
     }
-    gemv_forced_layout() = GemvLayout{0, 0};
+    gemv_forced_layout() = GemvLayout{0, 0, 0};
 }
 
 TEST_CASE("gemm (cuBLAS, bf16 in, fp32 out): store and accumulate") {

@@ -100,13 +100,15 @@ TEST_CASE("FP8 (per channel and 128-blocks) and INT4 GEMV, all input/output mode
     Rng r(12);
     struct Case { WFormat fmt; int kblock; double bound; };
     // x is staged in fp16 and chunks accumulate in fp16 (gemv.cuh): bounds a little above bf16's.
-    for (GemvLayout lay : {GemvLayout{0, 0}, GemvLayout{1, 1}, GemvLayout{4, 1}, GemvLayout{1, 2}, GemvLayout{1, 8}})
+    for (GemvLayout lay : {GemvLayout{0, 0, 0}, GemvLayout{1, 1, 2}, GemvLayout{4, 1, 2}, GemvLayout{1, 2, 2}, GemvLayout{1, 8, 2},
+                           GemvLayout{1, 1, 4}, GemvLayout{1, 2, 4}, GemvLayout{2, 1, 4}})
     for (Case cs : {Case{WFormat::FP8, 0, 3e-3}, Case{WFormat::FP8, 128, 3e-3}, Case{WFormat::INT4, 0, 5e-3}})
         for (auto shape : std::vector<std::pair<int, int>>{{2, 128}, {37, 256}, {515, 1024}, {4096, 2560}, {64, 16384}}) {
             int N = shape.first, K = shape.second, kb = cs.kblock ? cs.kblock : K;
             gemv_forced_layout() = lay;
             CAPTURE(lay.S);
             CAPTURE(lay.KS);
+            CAPTURE(lay.R);
             CAPTURE(wformat_name(cs.fmt));
             CAPTURE(cs.kblock);
             CAPTURE(N);
@@ -148,7 +150,7 @@ TEST_CASE("FP8 (per channel and 128-blocks) and INT4 GEMV, all input/output mode
                 CHECK_CLOSE(compare(from_bf16(d_h.download()), ref_h), cs.bound + 5e-3);
             }
         }
-    gemv_forced_layout() = GemvLayout{0, 0};
+    gemv_forced_layout() = GemvLayout{0, 0, 0};
 }
 
 TEST_CASE("dequant_to_bf16 gives back the quantized values, for the prefill GEMM") {

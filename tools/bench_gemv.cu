@@ -77,14 +77,14 @@ int main() {
         };
         struct Fmt { const char* name; WFormat f; };
         std::vector<Fmt> fmts = {{"bf16", WFormat::BF16}, {"fp8", WFormat::FP8}, {"int4", WFormat::INT4}};
-        struct Variant { GemvLayout layout; bool pdl, rmsnorm; };  // layout {0, 0}: the engine's rule
-        const Variant variants[] = {{{0, 0}, true, false}, {{0, 0}, false, false}, {{0, 0}, true, true}, {{1, 1}, true, false},
-                                    {{1, 2}, true, false}, {{1, 4}, true, false}, {{1, 8}, true, false}, {{2, 1}, true, false},
-                                    {{4, 1}, true, false}};
+        struct Variant { GemvLayout layout; bool pdl, rmsnorm; };  // layout {0, 0, 0}: the engine's rule (R 0: the rule's rows per warp)
+        const Variant variants[] = {{{0, 0, 0}, true, false}, {{0, 0, 0}, false, false}, {{0, 0, 0}, true, true}, {{1, 1, 0}, true, false},
+                                    {{1, 2, 0}, true, false}, {{1, 4, 0}, true, false}, {{1, 8, 0}, true, false}, {{2, 1, 0}, true, false},
+                                    {{4, 1, 0}, true, false}};
         const bool pdl_default = pdl_enabled();
         Gemm gemm;
         for (const Fmt& f : fmts) {
-            std::printf("\n%s weights: GB/s (%% of copy) by layout (KS warps per row pair, S blocks per cluster); 'auto' is what the "
+            std::printf("\n%s weights: GB/s (%% of copy) by layout (KS warps per row group, S blocks per cluster); 'auto' is what the "
                         "engines use\n", f.name);
             std::printf("%-4s %-8s %7s %6s | %11s %11s %11s %11s %11s %11s %11s %11s %11s |%s\n", "", "shape", "N", "K", "auto", "auto no-pdl", "auto+norm",
                         "KS 1", "KS 2", "KS 4", "KS 8", "S 2", "S 4",
@@ -124,7 +124,7 @@ int main() {
                     double gbs = probe.bytes() * (double)iters / (ms * 1e-3) / 1e9;
                     std::printf(" %5.0f (%3.0f%%)", gbs, 100 * gbs / copy);
                 }
-                gemv_forced_layout() = GemvLayout{0, 0};
+                gemv_forced_layout() = GemvLayout{0, 0, 0};
                 pdl_enabled() = pdl_default;
                 if (f.f == WFormat::BF16) {  // cuBLAS on the same bf16 copies
                     t.start();
