@@ -60,18 +60,6 @@ struct DecodeQkv {
 
 constexpr int kFdWarps = 4;
 
-// Merges softmax state (m2, l2, o2) into (m, l, o); m in log2 units, -inf for "no keys yet".
-template <int N>
-__device__ __forceinline__ void softmax_merge(float& m, float& l, float* o, float m2, float l2, const float* o2) {
-    float M = fmaxf(m, m2);
-    if (M == -INFINITY) return;
-    float c1 = exp2f(m - M), c2 = exp2f(m2 - M);
-    l = l * c1 + l2 * c2;
-#pragma unroll
-    for (int j = 0; j < N; j++) o[j] = o[j] * c1 + o2[j] * c2;
-    m = M;
-}
-
 constexpr int kFdMaxSplits = 256;
 
 // Whole block, for heads h0 .. h0 + G - 1: out[h][d] from the active splits' (m, l, o):
@@ -117,11 +105,11 @@ __device__ __forceinline__ void flash_decode_merge(const float* part_o, const fl
     }
 }
 
-// Keys per split for the live length: a whole number of the block's unrolled steps (keys_per_iter), so
-// that no block runs a partial step; short contexts then use few splits of one step each.
-__device__ __forceinline__ int flash_decode_chunk(int len, int n_splits, int keys_per_iter) {
+// Keys per split for the live length: a whole number of min_chunk keys (a multiple of the 16-key tile), so
+// that short contexts use few splits, each a tile per warp.
+__device__ __forceinline__ int flash_decode_chunk(int len, int n_splits, int min_chunk) {
     int chunk = (len + n_splits - 1) / n_splits;
-    return max(1, (chunk + keys_per_iter - 1) / keys_per_iter) * keys_per_iter;
+    return max(1, (chunk + min_chunk - 1) / min_chunk) * min_chunk;
 }
 
 // Warp-wide (slot 0's lanes store): the new token's cache row of KV head kvh at position pos.
