@@ -32,8 +32,9 @@
 //         instruction and multiply-add as half2 (8 HFMA2), the chunk's half2 sum is widened to fp32 (~22).
 //         Pre-scaling keeps |w x| <= 448 * (|x| / 256) far inside fp16 range; the 2^8 comes back at the end.
 //   int4: 32 weights; x staged fp16, pre-scaled by 2^-4, pairs ordered (x0,x4)(x1,x5)(x2,x6)(x3,x7) per 8;
-//         nibbles become half2 (1024 + u) by OR-ing 0x6400 (the fp16 exponent of 1024) under a mask, one
-//         HSUB2 makes them q = u - 8 exactly, one HFMA2 multiplies (~66). fp16 partial sums of 16 products
+//         nibbles become half2 (1024 + u, or 1024 + 16u for the odd ones, read without a shift) by OR-ing
+//         0x6400 (the fp16 exponent of 1024) under a mask, one HSUB2 or HFMA2 makes them q = u - 8
+//         exactly, one HFMA2 multiplies (~58). fp16 partial sums of 16 products
 //         are widened per chunk and scaled by the group's scale.
 #pragma once
 
@@ -143,14 +144,20 @@ struct Int4Weights {
     static __device__ __forceinline__ float dot(uint4 w, const void* xs, int chunk) {
         const __half2* x = static_cast<const __half2*>(xs) + chunk * 16;
         const uint32_t* p = reinterpret_cast<const uint32_t*>(&w);
-        const __half2 bias = __float2half2_rn(1032.f);  // 1024 from the exponent trick, 8 from the storage offset
+        const __half2 bias = __float2half2_rn(1032.f);   // 1024 from the exponent trick, 8 from the storage offset
+        const __half2 sixteenth = __float2half2_rn(1.f / 16), bias16 = __float2half2_rn(72.f);  // (1024 + 16u) / 16 - 72
         __half2 acc = __float2half2_rn(0.f);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
+            // Nibbles s and s + 4 sit in the two halves' bits 4s..4s+3. Without shifting, the mask 0x00F0 gives
+            // 1024 + 16u for s = 1 (exact in fp16), undone by one multiply-add; one shift by 8 serves s = 2, 3.
+            uint32_t lo = p[j], hi = p[j] >> 8;
+            uint32_t t[4] = {(lo & 0x000F000Fu) | 0x64006400u, (lo & 0x00F000F0u) | 0x64006400u, (hi & 0x000F000Fu) | 0x64006400u,
+                             (hi & 0x00F000F0u) | 0x64006400u};
 #pragma unroll
             for (int s = 0; s < 4; s++) {
-                uint32_t t = ((p[j] >> (4 * s)) & 0x000F000Fu) | 0x64006400u;  // half2(1024 + u_s, 1024 + u_{s+4})
-                __half2 q = __hsub2(*reinterpret_cast<__half2*>(&t), bias);
+                __half2 v = *reinterpret_cast<__half2*>(&t[s]);
+                __half2 q = s % 2 ? __hfma2(v, sixteenth, __hneg2(bias16)) : __hsub2(v, bias);  // exactly u - 8
                 acc = __hfma2(q, x[j * 4 + s], acc);
             }
         }
