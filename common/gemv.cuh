@@ -218,9 +218,9 @@ __device__ __forceinline__ void gemv_stage_x(const void* x_in, const bf16* norm_
     __syncthreads();
 }
 
-// Work layout: each warp owns R consecutive rows (2, or 4 for FP8 and INT4 where the projection has rows to
-// spare: their rows are 2-4x fewer bytes, and a block then streams about as many weight bytes as a bf16 one
-// for each time it stages x), so block b owns 8R / KS rows (rows [(b / S) 8R / KS, + 8R / KS)) and the part b % S of K.
+// Work layout: each warp owns R consecutive rows (2, or 4 for FP8 and INT4 where gemv_layout allows: their
+// rows are 2-4x fewer bytes, and a block then streams about as many weight bytes as a bf16 one for each
+// time it stages x), so block b owns 8R / KS rows (from (b / S) 8R / KS) and the part b % S of K.
 //   KS (1, 2, 4 or 8) warps share each group of R rows, warp w taking slice w % KS of the part's chunks; their
 //     sums meet in shared memory. More, smaller blocks for projections with few rows.
 //   S (1, 2, 4 or 8, Hopper only, KS = 1) blocks form a thread-block cluster over the parts of K, and block 0
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     const int part = blockIdx.x % S, row0 = ((blockIdx.x / S) * (kGemvWarps / KS) + group) * R;
     const bool active = row0 < N;
     const size_t row_bytes = (size_t)K * 16 / F::kPerChunk;
-    int rows[R];                // rows past N compute the last row again; their copies are dropped
+    int rows[R];  // rows past N compute the last row again; their copies are dropped
     const uint4* w[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
