@@ -110,7 +110,7 @@ demo:
 	  $(BUILD)/sm_$$cc/qwen3 -m $(DEMO_MODEL) -p "$$(printf 'def fibonacci(n):\n')" -n 200 -s 42
 
 # Benchmark matrix on the GPU machine: random-weight Qwen3 0.6B/4B/8B shapes, every dtype x KV type at
-# contexts 512/4k/16k, transformers eager beside it; writes kb/bench.md and kb/bench.png.
+# contexts 512/2k/4k/16k, transformers eager beside it; writes kb/bench.md and kb/bench.png.
 BENCH_WORK ?= /tmp/monocu-bench
 BENCH_PRESETS ?= qwen3-0.6b,qwen3-4b,qwen3-8b
 bench: $(BUILD)/$(ARCH)/qwen3
