@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 #pragma unroll
             for (int ks = 0; ks < HD / 16; ks++) {
                 const bf16* krow = &Ks[nt * 8 + g][ks * 16 + 2 * t];
-                mma_bf16_16816(s[nt], qa[ks], *reinterpret_cast<const uint32_t*>(krow),
+                mma_16816(s[nt], qa[ks], *reinterpret_cast<const uint32_t*>(krow),
                                *reinterpret_cast<const uint32_t*>(krow + 8));
             }
         }
@@ -148,8 +148,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
                 int mi = lane >> 3, r = lane & 7;
                 uint32_t b[4];
                 ldmatrix_x4_trans(b, &Vs[kk * 16 + (mi & 1) * 8 + r][(dt + (mi >> 1)) * 8]);
-                mma_bf16_16816(o[dt], pa[kk], b[0], b[1]);
-                mma_bf16_16816(o[dt + 1], pa[kk], b[2], b[3]);
+                mma_16816(o[dt], pa[kk], b[0], b[1]);
+                mma_16816(o[dt + 1], pa[kk], b[2], b[3]);
             }
         }
     }

@@ -152,9 +152,9 @@ struct FdTiles {
         return reinterpret_cast<float*>(rows(warp_smem, stage, kv) + kKeys * kRowBytes);
     }
     // The 16-bit tile the MMAs read: the ring stage itself (bf16), or the fp16 conversion buffer (FP8).
-    static __device__ __forceinline__ const uint16_t* mma_tile(unsigned char* warp_smem, int stage, int kv) {
-        if constexpr (kFp8) return reinterpret_cast<const uint16_t*>(warp_smem + kStages * kStageBytes) + kv * kKeys * kLd;
-        else return reinterpret_cast<const uint16_t*>(rows(warp_smem, stage, kv));
+    static __device__ __forceinline__ uint16_t* mma_tile(unsigned char* warp_smem, int stage, int kv) {
+        if constexpr (kFp8) return reinterpret_cast<uint16_t*>(warp_smem + kStages * kStageBytes) + kv * kKeys * kLd;
+        else return reinterpret_cast<uint16_t*>(rows(warp_smem, stage, kv));
     }
 };
 
@@ -207,7 +207,7 @@ __device__ __forceinline__ void flash_decode_convert_fp8(unsigned char* ws, int 
     constexpr int kChunks = T::kKeys * T::kChunksPerRow;
 #pragma unroll
     for (int kv = 0; kv < 2; kv++) {
-        uint16_t* dst = const_cast<uint16_t*>(T::mma_tile(ws, stage, kv));
+        uint16_t* dst = T::mma_tile(ws, stage, kv);
 #pragma unroll
         for (int c = lane; c < kChunks; c += 32) {
             int r = c / T::kChunksPerRow, col = (c % T::kChunksPerRow) * 16;
@@ -241,7 +241,7 @@ __device__ __forceinline__ void flash_decode_q_fragments(const bf16* q_rows, int
                 v = *reinterpret_cast<const uint32_t*>(q_rows + (size_t)g * HD + ks * 16 + 2 * t + 8 * h);
                 if (F16) {
                     float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
-                    v = pack_half2(f.x, f.y);
+                    v = pack_16x2<true>(f.x, f.y);
                 }
             }
             qa[ks][h] = v;
@@ -349,8 +349,7 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
                 uint32_t a[4] = {qa[kstep][0], zero, qa[kstep][1], zero};
                 uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow), b1 = *reinterpret_cast<const uint32_t*>(krow + 8);
                 float* acc = kstep % 2 ? s_odd[nt] : s[nt];
-                if constexpr (FP8) mma_f16_16816(acc, a, b0, b1);
-                else mma_bf16_16816(acc, a, b0, b1);
+                mma_16816<FP8>(acc, a, b0, b1);
             }
 #pragma unroll
             for (int e = 0; e < 4; e++) s[nt][e] += s_odd[nt][e];
@@ -379,12 +378,8 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
         for (int nt = 0; nt < 2; nt++) {
             float p0 = exp2f(p[nt][0] - m), p1 = exp2f(p[nt][1] - m);
             l += p0 + p1;
-            if (FP8) {
-                p0 *= T::scales(ws, stage, 1)[nt * 8 + 2 * t], p1 *= T::scales(ws, stage, 1)[nt * 8 + 2 * t + 1];
-                pa[nt * 2] = pack_half2(p0, p1);
-            } else {
-                pa[nt * 2] = pack_bf16x2(p0, p1);
-            }
+            if (FP8) p0 *= T::scales(ws, stage, 1)[nt * 8 + 2 * t], p1 *= T::scales(ws, stage, 1)[nt * 8 + 2 * t + 1];
+            pa[nt * 2] = pack_16x2<FP8>(p0, p1);
             pa[nt * 2 + 1] = zero;  // rows g + 8: no such head
         }
         // O += P V: ldmatrix.trans gives V's B fragments, two 8-dim tiles at a time.
@@ -393,13 +388,8 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
             int mi = lane >> 3, r = lane & 7;
             uint32_t b[4];
             ldmatrix_x4_trans(b, Vt + ((mi & 1) * 8 + r) * T::kLd + (dt + (mi >> 1)) * 8);
-            if constexpr (FP8) {
-                mma_f16_16816(o[dt], pa, b[0], b[1]);
-                mma_f16_16816(o[dt + 1], pa, b[2], b[3]);
-            } else {
-                mma_bf16_16816(o[dt], pa, b[0], b[1]);
-                mma_bf16_16816(o[dt + 1], pa, b[2], b[3]);
-            }
+            mma_16816<FP8>(o[dt], pa, b[0], b[1]);
+            mma_16816<FP8>(o[dt + 1], pa, b[2], b[3]);
         }
     }
     cp_async_wait<0>();  // no copy may land in shared memory once it is reused below

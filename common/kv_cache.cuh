@@ -108,11 +108,10 @@ __device__ __forceinline__ void kv_store_8(void* cache, float* scales, size_t ro
     }
 }
 
-// 8 consecutive elements of a cache row as floats (scaled for FP8); p points at element 0 of the 8.
+// 8 consecutive elements of a cache row (16 bytes of bf16, 8 of e4m3) as floats, before any FP8 scale.
 template <KvType KV>
 struct KvLoad {
     using Raw = typename std::conditional<KV == KvType::BF16, uint4, uint2>::type;  // 16 or 8 bytes
-    static __device__ __forceinline__ Raw load(const void* p) { return __ldcs(static_cast<const Raw*>(p)); }
     static __device__ __forceinline__ void to_float(Raw r, float* f) {
         if constexpr (KV == KvType::BF16) {
             bf16x8_to_float(r, f);
