@@ -6,6 +6,7 @@
 #   make deps            install the Debian packages the build needs
 #   make fuzz            run the libFuzzer target for the safetensors header parser (clang, ASan+UBSan)
 #   make bench           benchmark the engines on random-weight checkpoints (needs a GPU and the oracle)
+#   make trace           profiling build of the engines in build/ARCH-trace/ (--bench --timeline FILE: trace.cuh)
 #   make demo            build for the local GPU and complete a code prompt with the shipped model
 #   make clean           remove build/
 
@@ -44,7 +45,7 @@ GPU_TEST_OBJS := $(patsubst tests/%.cu,$(BUILD)/$(ARCH)/tests/%.o,$(wildcard tes
 HOST_TESTS := $(BUILD)/tests/host_tests
 GPU_TESTS := $(BUILD)/$(ARCH)/gpu_tests
 
-.PHONY: all test test-host test-gpu deps fuzz bench demo clean
+.PHONY: all test test-host test-gpu deps fuzz bench demo trace clean
 .DEFAULT_GOAL := all
 
 # Every engine and every tool.
@@ -54,6 +55,12 @@ all: $(ENGINES) $(TOOLS) $(GPU_TOOLS) $(HOST_TESTS) $(GPU_TESTS)
 $(BUILD)/$(ARCH)/%: engines/%.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIBS)
+
+# The same engine with per-block timestamps of its decode kernels (common/trace.cuh): a profiling build.
+trace: $(patsubst engines/%.cu,$(BUILD)/$(ARCH)-trace/%,$(wildcard engines/*.cu))
+$(BUILD)/$(ARCH)-trace/%: engines/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -DMONOCU_TRACE -o $@ $< $(CUDA_LIBS)
 
 # One GPU tool (microbenchmarks): like an engine, one .cu file.
 $(BUILD)/$(ARCH)/tools/%: tools/%.cu

@@ -4,6 +4,7 @@
 // Usage:
 //   cp_async_16(smem_dst, global_src, n);   // n = 16 or fewer bytes are read, the rest of the 16 is zeroed
 //                                           // (n = 0 reads nothing: a zero-filled slot); 16-byte aligned
+//   cp_async_16_ca(smem_dst, global_src);   // 16 bytes through L1 (the one above skips L1)
 //   cp_async_4(smem_dst, global_src, n);    // the same for 4 bytes (n = 4 or 0), 4-byte aligned
 //   cp_async_commit();                      // closes a group of this thread's copies
 //   cp_async_wait<N>();                     // all but this thread's N most recent groups have landed
@@ -16,6 +17,12 @@ namespace monocu {
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int n_bytes = 16) {
     unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n_bytes) : "memory");
+}
+
+// The same through L1 (cp.async.ca): for data that several blocks of an SM read, such as a GEMV's x.
+__device__ __forceinline__ void cp_async_16_ca(void* smem, const void* gmem) {
+    unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 }
 
 // 4 bytes (n_bytes 4) or a zeroed slot (n_bytes 0); both addresses 4-byte aligned.

@@ -49,6 +49,7 @@ struct Options {
     bool bench = false;        // --bench: random prompt of --n-prompt tokens, then -n decoded
     std::vector<int> n_prompt = {512};  // --n-prompt: prompt length(s) for --bench, e.g. 512,4096,16384
     std::string trace_file;    // --trace: per-token timings as CSV
+    std::string timeline_file; // --timeline: with --bench, in a profiling build (make trace): block timestamps
     bool cuda_graphs = true;   // --no-cuda-graphs turns capture of the decode step off
     bool pdl = true;           // --no-pdl: no programmatic dependent launch (kernels do not overlap)
     bool quiet = false, verbose = false, help = false;
@@ -81,6 +82,8 @@ inline void print_usage(FILE* out, const char* engine) {
                  "      --no-cuda-graphs   launch the decode step kernel by kernel\n"
                  "      --no-pdl           do not let a kernel start before the previous one ends (Hopper+)\n"
                  "      --trace FILE       write per-token timings (CSV)\n"
+                 "      --timeline FILE    with --bench, in a `make trace` build: every decode kernel block's timestamps for 3\n"
+                 "                         steps per prompt length, to FILE.<n-prompt> (oracle/trace_report.py reads them)\n"
                  "  -q, --quiet            print only the generated text\n"
                  "  -v, --verbose          print config, memory and sampling details\n"
                  "  -h, --help             this text\n",
@@ -171,6 +174,7 @@ inline Options parse_cli(int argc, char** argv) {
         else if (a == "--bench") o.bench = true;
         else if (a == "--n-prompt") o.n_prompt = parse_int_list(a, value(), 1, kIntMax);
         else if (a == "--trace") o.trace_file = value();
+        else if (a == "--timeline") o.timeline_file = value();
         else if (a == "--no-cuda-graphs") o.cuda_graphs = false;
         else if (a == "--no-pdl") o.pdl = false;
         else if (a == "-q" || a == "--quiet") o.quiet = true;
@@ -183,6 +187,7 @@ inline Options parse_cli(int argc, char** argv) {
     if (sources > 1) die_usage("give only one of -p, -f and --ids");
     if (sources == 0 && !o.bench) die_usage("give a prompt with -p, -f or --ids (or --bench)");
     if (o.quiet && o.verbose) die_usage("-q and -v contradict each other");
+    if (!o.timeline_file.empty() && !o.bench) die_usage("--timeline needs --bench");
     return o;
 }
 

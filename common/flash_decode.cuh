@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cfloat>
+#include <cuda/atomic>
 
 #include "async_copy.cuh"
 #include "gpu_memory.cuh"
@@ -35,6 +36,7 @@
 #include "mma.cuh"
 #include "pdl.cuh"
 #include "rope.cuh"
+#include "trace.cuh"
 
 namespace monocu {
 
@@ -64,14 +66,51 @@ constexpr int kFdMaxSplits = 256;
 
 // Whole block, for heads h0 .. h0 + G - 1: out[h][d] from the active splits' (m, l, o):
 //   M = max m_s,  c_s = 2^(m_s - M),  out = sum o_s c_s / sum l_s c_s.
-// It runs once per layer on the critical path, so all G heads go at once: warp w computes the weights
-// c_s / L of heads w, w + 4, ... into shared memory, then every thread sums some (head, dim) outputs over the
-// splits, its loads independent of each other (__ldcg: the partials were written by other blocks of this
-// launch, and L1 is not coherent across blocks). (Merging per thread with the online rule instead makes
-// each load wait for the previous split's arithmetic: the kernel measured twice as slow.)
+// It runs once per layer on the critical path. Loads use __ldcg: other blocks of this launch wrote the
+// partials, and L1 is not coherent across blocks. Two ways, by the number of splits:
+//   - up to kFdMergeBatch (short contexts): each thread merges 4 dims of one head on its own, loading every
+//     split's (m, l) and o at once, one L2 round trip (the merge took 3.1 us of the step at context 512 in
+//     the way below, 0.9 us this way: kb/status.md);
+//   - more: warp w first computes the weights c_s / L of heads w, w + 4, ... into shared memory, then each
+//     thread sums its 4 dims over the splits, all loads independent of each other (at 16k, 33 splits, this
+//     beat the first way in batches of 16 by 1.2 us; per split with the online rule, each load waiting on
+//     the previous split's arithmetic, the kernel measured twice as slow).
+constexpr int kFdMergeBatch = 16;
+
 template <int G>
-__device__ __forceinline__ void flash_decode_merge(const float* part_o, const float2* part_ml, int n_splits, int n_active, int hd, int h0,
-                                                   bf16* out) {
+__device__ __forceinline__ void flash_decode_merge_few(const float* part_o, const float2* part_ml, int n_splits, int n_active, int hd, int h0,
+                                                       bf16* out) {
+    for (int i = threadIdx.x; i < G * hd / 4; i += blockDim.x) {  // 4 dims per thread: one 16-byte load per split
+        int g = i / (hd / 4), d = (i % (hd / 4)) * 4;
+        const float2* ml = part_ml + (size_t)(h0 + g) * n_splits;
+        const float* po = part_o + (size_t)(h0 + g) * n_splits * hd + d;
+        float2 m[kFdMergeBatch];
+        float4 v[kFdMergeBatch];
+        float M = -INFINITY;
+#pragma unroll
+        for (int s = 0; s < kFdMergeBatch; s++) {
+            m[s] = make_float2(-INFINITY, 0.f);  // l = 0: weight 0 (also guards a split without keys)
+            if (s < n_active) m[s] = __ldcg(&ml[s]), v[s] = __ldcg(reinterpret_cast<const float4*>(po + (size_t)s * hd));
+            if (m[s].y > 0.f) M = fmaxf(M, m[s].x);
+        }
+        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+        float L = 0.f;
+#pragma unroll
+        for (int s = 0; s < kFdMergeBatch; s++) {
+            if (!(m[s].y > 0.f)) continue;
+            float w = exp2f(m[s].x - M);
+            o.x = fmaf(v[s].x, w, o.x), o.y = fmaf(v[s].y, w, o.y), o.z = fmaf(v[s].z, w, o.z), o.w = fmaf(v[s].w, w, o.w);
+            L = fmaf(m[s].y, w, L);
+        }
+        float inv_L = 1.f / L;
+        uint2 packed = make_uint2(pack_bf16x2(o.x * inv_L, o.y * inv_L), pack_bf16x2(o.z * inv_L, o.w * inv_L));
+        *reinterpret_cast<uint2*>(out + (size_t)(h0 + g) * hd + d) = packed;
+    }
+}
+
+template <int G>
+__device__ __forceinline__ void flash_decode_merge_many(const float* part_o, const float2* part_ml, int n_splits, int n_active, int hd, int h0,
+                                                        bf16* out) {
     __shared__ float c[G][kFdMaxSplits];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int g = warp; g < G; g += kFdWarps) {
@@ -90,7 +129,7 @@ __device__ __forceinline__ void flash_decode_merge(const float* part_o, const fl
         for (int s = lane; s < n_active; s += 32) c[g][s] *= inv_L;  // each lane rescales its own entries
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < G * hd / 4; i += blockDim.x) {  // 4 dims per thread: one 16-byte load per split
+    for (int i = threadIdx.x; i < G * hd / 4; i += blockDim.x) {
         int g = i / (hd / 4), d = (i % (hd / 4)) * 4;
         const float* po = part_o + (size_t)(h0 + g) * n_splits * hd + d;
         float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -112,20 +151,41 @@ __device__ __forceinline__ int flash_decode_chunk(int len, int n_splits, int min
     return max(1, (chunk + min_chunk - 1) / min_chunk) * min_chunk;
 }
 
-// Warp-wide (slot 0's lanes store): the new token's cache row of KV head kvh at position pos.
+// This token's cache row of one KV head as the block that makes it keeps it in shared memory, in the
+// cache's form (bf16, or e4m3 with its scales), so that the tile holding it need not read it back.
+template <int HD>
+struct FdNewRow {
+    __align__(16) uint8_t k[HD * 2], v[HD * 2];  // HD bf16, or HD e4m3 bytes
+    float k_scale, v_scale;
+};
+
+// Warp-wide (slot 0's lanes store): the new token's cache row of KV head kvh at position pos, to the cache
+// and to `keep`.
 template <int HD, KvType KV>
 __device__ __forceinline__ void flash_decode_store_new_row(const DecodeQkv& in, const KvLayer& kv, int n_heads, int n_kv, int kvh, int pos,
-                                                           int ctx, int dl, bool writer) {
+                                                           int ctx, int dl, bool writer, FdNewRow<HD>& keep) {
     constexpr int LPK = HD / 8;
+    constexpr int kBytes = KV == KvType::FP8 ? 8 : 16;  // of 8 elements
     const float* k_raw = in.qkv + (size_t)(n_heads + kvh) * HD + dl * 8;
     const float* v_raw = in.qkv + (size_t)(n_heads + n_kv + kvh) * HD + dl * 8;
     float k[8], v[8];
     load_float8(k_raw, k);
     load_float8(v_raw, v);
     head_norm_rope_8<LPK>(k, in.k_norm, in.rope + (size_t)pos * (HD / 2), dl, in.eps);
+    uint4 pk, pv;
+    float sk = kv_pack_8<KV, LPK>(k, pk), sv = kv_pack_8<KV, LPK>(v, pv);
+    if (!writer) return;
     size_t row = (size_t)kvh * ctx + pos;
-    kv_store_8<KV, LPK>(kv.k, kv.k_scale, row, dl, k, writer);
-    kv_store_8<KV, LPK>(kv.v, kv.v_scale, row, dl, v, writer);
+    kv_put_8<KV, LPK>(kv.k, kv.k_scale, row, dl, pk, sk);
+    kv_put_8<KV, LPK>(kv.v, kv.v_scale, row, dl, pv, sv);
+    if constexpr (kBytes == 16) {
+        *reinterpret_cast<uint4*>(keep.k + dl * 16) = pk;
+        *reinterpret_cast<uint4*>(keep.v + dl * 16) = pv;
+    } else {
+        *reinterpret_cast<uint2*>(keep.k + dl * 8) = make_uint2(pk.x, pk.y);
+        *reinterpret_cast<uint2*>(keep.v + dl * 8) = make_uint2(pv.x, pv.y);
+        if (dl == 0) keep.k_scale = sk, keep.v_scale = sv;
+    }
 }
 
 // Shared memory of one warp: a ring of key tiles (16 keys of K and V each, as cp.async lands them) and,
@@ -183,19 +243,22 @@ __device__ __forceinline__ void flash_decode_issue_tile(unsigned char* ws, int s
     cp_async_commit();
 }
 
-// Warp-wide, after the tile holding row `pos` has landed: that row (and its scales) straight from global
-// memory, where the previous kernel or this launch has just written it.
+// Warp-wide, after the tile holding row `pos` has landed: that row (and its scales), from `kept` where this
+// block made it (fused mode), else straight from global memory, where the previous kernel has just written it.
 template <int HD, KvType KV>
 __device__ __forceinline__ void flash_decode_fix_row(unsigned char* ws, int stage, const uint8_t* k_rows, const uint8_t* v_rows,
-                                                     const float* ks, const float* vs, int r, int pos, int lane) {
+                                                     const float* ks, const float* vs, int r, int pos, const FdNewRow<HD>* kept, int lane) {
     using T = FdTiles<HD, KV>;
     constexpr size_t kRow = (size_t)HD * (T::kFp8 ? 1 : 2);
     int kv = lane / 16, c = lane % 16;
     if (c < T::kChunksPerRow) {
-        const uint8_t* src = (kv ? v_rows : k_rows) + (size_t)pos * kRow + c * 16;
-        *reinterpret_cast<uint4*>(T::rows(ws, stage, kv) + r * T::kRowBytes + c * 16) = __ldcg(reinterpret_cast<const uint4*>(src));
+        uint4 v;
+        if (kept) v = *reinterpret_cast<const uint4*>((kv ? kept->v : kept->k) + c * 16);
+        else v = __ldcg(reinterpret_cast<const uint4*>((kv ? v_rows : k_rows) + (size_t)pos * kRow + c * 16));
+        *reinterpret_cast<uint4*>(T::rows(ws, stage, kv) + r * T::kRowBytes + c * 16) = v;
     }
-    if (T::kFp8 && c == T::kChunksPerRow) T::scales(ws, stage, kv)[r] = __ldcg((kv ? vs : ks) + pos);
+    if (T::kFp8 && c == T::kChunksPerRow)
+        T::scales(ws, stage, kv)[r] = kept ? (kv ? kept->v_scale : kept->k_scale) : __ldcg((kv ? vs : ks) + pos);
     __syncwarp();
 }
 
@@ -271,7 +334,9 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
     constexpr int NS = T::kStages, LPK = HD / 8;
     extern __shared__ __align__(16) unsigned char fd_smem[];
     __shared__ __align__(16) bf16 sq[G][HD];  // fused mode: this group's queries after q_norm and RoPE
+    __shared__ FdNewRow<HD> new_row;          // fused mode: this token's cache row, in the block holding pos
 
+    TRACE_BEGIN();
     pdl_launch_dependents();
     const int split = blockIdx.x, kvh = blockIdx.y, n_kv = gridDim.y, n_heads = n_kv * G;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -296,6 +361,7 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
 #pragma unroll
     for (int j = 0; j < NS - 1; j++) issue(j);
     pdl_wait();  // q (or qkv) and row pos were just written
+    TRACE_MARK(1);
 
     // Queries: fused mode makes them here (q_norm, RoPE, rounded to bf16 as the separate path stores them),
     // warp w the heads w, w + 4, ...; the block holding pos also stores the new cache row first.
@@ -312,9 +378,10 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
                 for (int j = 0; j < 8; j++) sq[gh][dl * 8 + j] = __float2bfloat16_rn(x[j]);
         }
         if (warp == 0 && begin <= pos && pos < end)
-            flash_decode_store_new_row<HD, KV>(in, kv, n_heads, n_kv, kvh, pos, ctx, lane % LPK, lane / LPK == 0);
+            flash_decode_store_new_row<HD, KV>(in, kv, n_heads, n_kv, kvh, pos, ctx, lane % LPK, lane / LPK == 0, new_row);
         __syncthreads();  // sq, and the new row, which only this block reads
         q_rows = &sq[0][0];
+        TRACE_MARK(2);
     }
     uint32_t qa[HD / 16][2];
     flash_decode_q_fragments<HD, FP8>(q_rows, G, lane, qa);
@@ -331,7 +398,8 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
         issue(j + NS - 1);        // so NS - 1 tiles are in flight while this one is waited for and multiplied
         cp_async_wait<NS - 1>();  // this lane's copies of tile j have landed ...
         __syncwarp();             // ... and so have the other lanes'
-        if (key0 <= pos && pos < key0 + T::kKeys) flash_decode_fix_row<HD, KV>(ws, stage, k_rows, v_rows, ks, vs, pos - key0, pos, lane);
+        if (key0 <= pos && pos < key0 + T::kKeys)
+            flash_decode_fix_row<HD, KV>(ws, stage, k_rows, v_rows, ks, vs, pos - key0, pos, fused ? &new_row : nullptr, lane);
         if constexpr (FP8) flash_decode_convert_fp8<HD>(ws, stage, lane);
         const uint16_t* Kt = T::mma_tile(ws, stage, 0);
         const uint16_t* Vt = T::mma_tile(ws, stage, 1);
@@ -393,6 +461,7 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
         }
     }
     cp_async_wait<0>();  // no copy may land in shared memory once it is reused below
+    TRACE_MARK(3);
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
 
@@ -427,17 +496,27 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
         if (d == 0) part_ml[(size_t)h * n_splits + split] = make_float2(M, L);
     }
     // The last split block of this KV head to finish merges all splits of its G heads (the "last block"
-    // pattern: a fence makes this block's partials visible before it counts itself done), which saves a
-    // separate combine launch per layer.
+    // pattern), which saves a separate combine launch per layer. The barrier orders the block's partial
+    // writes before thread 0's count, whose release makes them visible with it; the counting block's
+    // acquire, passed on by the next barrier, lets all its threads read every split's partials. (One
+    // release by thread 0 instead of a fence in every thread.)
     __shared__ bool last;
-    __threadfence();
+    __syncthreads();  // every thread's partials are written; thread 0's release below covers them (cumulativity)
+    if (threadIdx.x == 0) {
+        cuda::atomic_ref<int, cuda::thread_scope_device> count(done[kvh]);
+        last = count.fetch_add(1, cuda::memory_order_acq_rel) == n_active - 1;  // acquire: the other splits' partials
+    }
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&done[kvh], 1) == n_active - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    flash_decode_merge<G>(part_o, part_ml, n_splits, n_active, HD, kvh * G, out);
+    TRACE_MARK(4);
+    if (!last) {
+        TRACE_END(2, 0, 0);
+        return;
+    }
+    if (n_active <= kFdMergeBatch) flash_decode_merge_few<G>(part_o, part_ml, n_splits, n_active, HD, kvh * G, out);
+    else flash_decode_merge_many<G>(part_o, part_ml, n_splits, n_active, HD, kvh * G, out);
     if (threadIdx.x == 0) done[kvh] = 0;  // ready for the next step (CUDA graphs replay this kernel)
+    TRACE_MARK(5);
+    TRACE_END(3, 0, 0);
 }
 
 inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ctx, GpuMemory& mem) {

@@ -9,9 +9,9 @@
 //
 // Why our own kernel: at batch 1 the whole cost is reading W once, and cuBLAS reaches only 34-61% of HBM
 // bandwidth on Qwen3-4B's projection shapes. Layout of the work:
-//   - a block stages x in shared memory once (normalising it first when the RMSNorm is fused: every block
-//     recomputes the sum of squares in the same single read of x from L2), in the form its weights
-//     multiply best with;
+//   - a block stages x in shared memory once, in the form its weights multiply best with, normalising it
+//     first when the RMSNorm is fused (every block recomputes the sum of squares: x is 10-16 KB, and the
+//     blocks of an SM find it in L1);
 //   - each warp owns R consecutive rows (2 for bf16, 4 for FP8 and INT4); each lane reads 16-byte chunks at a
 //     stride of 32 chunks, so a warp reads 512 contiguous bytes per row per step; 8 / R steps are issued
 //     before any use (8 independent 16-byte loads in flight per lane, and the scales of quantized formats
@@ -44,11 +44,13 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "async_copy.cuh"
 #include "gpu_memory.cuh"
 #include "pdl.cuh"
 #include "quant.cuh"
 #include "reduce.cuh"
 #include "swiglu.cuh"
+#include "trace.cuh"
 
 namespace monocu {
 
@@ -187,35 +189,57 @@ __device__ __forceinline__ float row_scale(const Linear& L, int row) {
 }
 
 // Stages x[k0, k0 + n) in shared memory in the form F's dot reads (whole block; ends with a barrier).
-// Fused RMSNorm: a first pass over all of x (from L2) sums its squares; the second pass reads the staged
-// part again (now from L1) and forms x / rms * w rounded to bf16, exactly as the prefill path's rmsnorm
-// kernel rounds it. (Keeping x in shared memory between the passes was measured slower: kb/status.md.)
+// Each thread issues all its copies at once (cp.async through L1, where the SM's earlier blocks left x) and
+// waits once. Loads into registers instead queued behind the block's own weight loads, one round trip per
+// 2,048 elements (a decode-step timeline, oracle/trace_report.py: 2-3.6 us per block for the fused RMSNorm
+// of 4B's qkv and gate_up); copies that skip L1 (cp.async.cg) were slower still (kb/status.md).
+//   BF16 input: copied as is; formats that stage fp16 then convert each chunk in place (the thread that
+//     copied a chunk converts it, so no barrier is needed in between).
+//   Fused RMSNorm: all of the fp32 x goes to a second area (the sum of squares needs all of it), the norm
+//     weights of the part to the staged area; then x / rms * w, rounded to bf16 exactly as the prefill
+//     path's rmsnorm kernel rounds it, replaces the weights chunk by chunk.
 template <class F, GemvInput IN>
 __device__ __forceinline__ void gemv_stage_x(const void* x_in, const bf16* norm_w, float eps, int K, int k0, int n, unsigned char* smem) {
-    float inv = 1.f;
-    if constexpr (IN == GemvInput::F32_RMSNORM) {
-        const float4* x4 = static_cast<const float4*>(x_in);
-        float ss = 0.f;
-        for (int i = threadIdx.x; i < K / 4; i += blockDim.x) {
-            float4 v = x4[i];
-            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        }
-        inv = rsqrtf(block_sum(ss) / K + eps);
+    constexpr bool kNorm = IN == GemvInput::F32_RMSNORM;
+    bf16* staged = reinterpret_cast<bf16*>(smem);                 // n elements: bf16 as copied, then F's form
+    float* raw = reinterpret_cast<float*>(smem + (size_t)n * 2);  // fused RMSNorm: x[0, K)
+    const int first = threadIdx.x * 8, step = blockDim.x * 8;    // this thread's chunks of 8 elements
+    if constexpr (kNorm) {
+        const float* x = static_cast<const float*>(x_in);
+        for (int i = first; i < K; i += step) cp_async_16_ca(raw + i, x + i), cp_async_16_ca(raw + i + 4, x + i + 4);
+        for (int i = first; i < n; i += step) cp_async_16_ca(staged + i, norm_w + k0 + i);
+    } else {
+        for (int i = first; i < n; i += step) cp_async_16_ca(staged + i, static_cast<const bf16*>(x_in) + k0 + i);
     }
-    for (int i = threadIdx.x * 8; i < n; i += blockDim.x * 8) {
-        float v[8];
-        if constexpr (IN == GemvInput::BF16) {
-            bf16x8_to_float(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(x_in) + k0 + i), v);
-        } else {
-            float xv[8];
-            load_float8(static_cast<const float*>(x_in) + k0 + i, xv);
-            bf16x8_to_float(*reinterpret_cast<const uint4*>(norm_w + k0 + i), v);
-#pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = __bfloat162float(__float2bfloat16_rn(xv[k] * inv * v[k]));
+    cp_async_commit();
+    cp_async_wait<0>();
+    float inv = 1.f;
+    if constexpr (kNorm) {
+        float ss = 0.f;
+        for (int i = first; i < K; i += step) {  // this thread's own copies
+            float4 a = *reinterpret_cast<const float4*>(raw + i), b = *reinterpret_cast<const float4*>(raw + i + 4);
+            ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
         }
-        F::stage8(smem, i, v);
+        inv = rsqrtf(block_sum(ss) / K + eps);  // its barriers also make every thread's copies visible to all
+    }
+    if (kNorm || !std::is_same<F, Bf16Weights>::value) {
+        for (int i = first; i < n; i += step) {
+            float v[8];
+            bf16x8_to_float(*reinterpret_cast<const uint4*>(staged + i), v);
+            if constexpr (kNorm) {
+#pragma unroll
+                for (int k = 0; k < 8; k++) v[k] = __bfloat162float(__float2bfloat16_rn(raw[k0 + i + k] * inv * v[k]));
+            }
+            F::stage8(smem, i, v);
+        }
     }
     __syncthreads();
+}
+
+// Shared memory a block needs: x's part in F's form, and for the fused RMSNorm all of x in fp32.
+template <class F, GemvInput IN>
+constexpr size_t gemv_smem_bytes(int K, int S) {
+    return F::smem_bytes(K / S) + (IN == GemvInput::F32_RMSNORM ? (size_t)K * 4 : 0);
 }
 
 // Work layout: each warp owns R consecutive rows (2, or 4 for FP8 and INT4 where gemv_layout allows: their
@@ -231,6 +255,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_kernel(Linear L, const void* __restrict__ x_in, const bf16* __restrict__ norm_w, float eps, float* __restrict__ y,
                 bf16* __restrict__ y_bf16, int S, int KS) {
     constexpr int U = kGemvLoadsInFlight / R;  // R rows per warp, U chunks of each per batch
+    TRACE_BEGIN();
     extern __shared__ __align__(16) unsigned char gemv_smem[];
     const int N = L.N, K = L.K;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = warp / KS, slice = warp % KS;
@@ -265,7 +290,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     pdl_launch_dependents();
     load_batch(lane);
     pdl_wait();  // x was written by the previous kernel, and y may still be read by it
+    TRACE_MARK(1);
     gemv_stage_x<F, IN>(x_in, norm_w, eps, K, part * part_chunks * F::kPerChunk, part_chunks * F::kPerChunk, gemv_smem);
+    TRACE_MARK(2);
 
     float acc[R];
 #pragma unroll
@@ -318,6 +345,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
         for (int r = 0; r < R; r += 2)
             if (row0 + r < N) gemv_write<OUT>(acc[r] * row_scale<F>(L, rows[r]), acc[r + 1] * row_scale<F>(L, rows[r + 1]), row0 + r, N, y, y_bf16);
+    TRACE_MARK(3);
+    TRACE_BARRIER();
+    TRACE_MARK(4);
+    TRACE_END(1, N, K);
 }
 
 // ---- launch: format dispatch, block size, checks ----
@@ -387,7 +418,7 @@ inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w,
         raised = true;
     }
     const int S = lay.S, KS = lay.KS;
-    size_t smem = F::smem_bytes(L.K / S);
+    size_t smem = gemv_smem_bytes<F, IN>(L.K, S);
     if (smem > 96 * 1024) die("gemv: K = %d is too large for the shared-memory copy of x", L.K);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(CEIL_DIV(L.N, kGemvWarps * R / KS) * S);

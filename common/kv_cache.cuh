@@ -78,19 +78,15 @@ __device__ __forceinline__ void kv_store_row(void* cache, float* scales, size_t 
     }
 }
 
-// A group of LPK lanes stores one head row of the cache (head_dim = 8 LPK), lane dl owning elements
-// [8 dl, 8 dl + 8), with the same rounding as kv_store_row. Every lane of the warp calls it (the FP8 scale
-// is a shuffle over the group); only lanes with `writer` set store.
+// 8 elements of a cache row in the cache's form: bf16 (16 bytes of `packed`), or e4m3 (its first 8 bytes)
+// divided by the row's scale, which is returned (amax / 448 over the row's LPK lanes: every lane calls it).
 template <KvType KV, int LPK>
-__device__ __forceinline__ void kv_store_8(void* cache, float* scales, size_t row, int dl, const float* x, bool writer) {
-    constexpr int hd = 8 * LPK;
+__device__ __forceinline__ float kv_pack_8(const float* x, uint4& packed) {
     if constexpr (KV == KvType::BF16) {
-        if (!writer) return;
-        uint4 r;
-        __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&r);
+        __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&packed);
 #pragma unroll
         for (int k = 0; k < 4; k++) p[k] = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
-        *reinterpret_cast<uint4*>(static_cast<bf16*>(cache) + row * hd + dl * 8) = r;
+        return 1.f;
     } else {
         float amax = 0.f;
 #pragma unroll
@@ -98,14 +94,34 @@ __device__ __forceinline__ void kv_store_8(void* cache, float* scales, size_t ro
 #pragma unroll
         for (int o = LPK / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         float s = amax > 0.f ? amax / kE4M3Max : 1.f, rs = 1.f / s;
-        if (!writer) return;
-        uint2 r;
-        uint8_t* b = reinterpret_cast<uint8_t*>(&r);
+        packed = make_uint4(0, 0, 0, 0);
+        uint8_t* b = reinterpret_cast<uint8_t*>(&packed);
 #pragma unroll
         for (int k = 0; k < 8; k++) b[k] = float_to_e4m3_dev(x[k] * rs);
-        *reinterpret_cast<uint2*>(static_cast<uint8_t*>(cache) + row * hd + dl * 8) = r;
-        if (dl == 0) scales[row] = s;
+        return s;
     }
+}
+
+// Stores what kv_pack_8 made: lane dl's 8 elements of cache row `row` (and the row's scale, FP8).
+template <KvType KV, int LPK>
+__device__ __forceinline__ void kv_put_8(void* cache, float* scales, size_t row, int dl, uint4 packed, float scale) {
+    constexpr int hd = 8 * LPK;
+    if constexpr (KV == KvType::BF16) {
+        *reinterpret_cast<uint4*>(static_cast<bf16*>(cache) + row * hd + dl * 8) = packed;
+    } else {
+        *reinterpret_cast<uint2*>(static_cast<uint8_t*>(cache) + row * hd + dl * 8) = make_uint2(packed.x, packed.y);
+        if (dl == 0) scales[row] = scale;
+    }
+}
+
+// A group of LPK lanes stores one head row of the cache (head_dim = 8 LPK), lane dl owning elements
+// [8 dl, 8 dl + 8), with the same rounding as kv_store_row. Every lane of the warp calls it (the FP8 scale
+// is a shuffle over the group); only lanes with `writer` set store.
+template <KvType KV, int LPK>
+__device__ __forceinline__ void kv_store_8(void* cache, float* scales, size_t row, int dl, const float* x, bool writer) {
+    uint4 packed;
+    float scale = kv_pack_8<KV, LPK>(x, packed);
+    if (writer) kv_put_8<KV, LPK>(cache, scales, row, dl, packed, scale);
 }
 
 // 8 consecutive elements of a cache row (16 bytes of bf16, 8 of e4m3) as floats, before any FP8 scale.

@@ -533,6 +533,7 @@ static void print_decode_breakdown(const Config& c, const Weights& w, State& s, 
 // this process: device copy bandwidth (decode) and a cuBLAS bf16 GEMM at 2048 tokens (prefill).
 static int bench(const Options& o, const Config& c, const Weights& w, State& s, cudaStream_t st) {
     int n_gen = o.n_predict > 0 ? o.n_predict : 128;
+    if (!o.timeline_file.empty() && !kTraceBuild) die("--timeline: this binary has no tracing; build it with make trace");
     double copy_gbs = measure_copy_bandwidth(st);
     double gemm_tflops = measure_gemm_tflops(s.gemm, kPrefillChunk, 2 * c.ffn, c.dim, st);
     std::printf("bench: ceilings: copy %.1f GB/s, cuBLAS bf16 GEMM %d x %d x %d %.1f TFLOP/s; cuda graphs %s, pdl %s\n", copy_gbs,
@@ -575,6 +576,13 @@ static int bench(const Options& o, const Config& c, const Weights& w, State& s, 
                     "%.1f GB/s = %.1f%% of copy bandwidth\n",
                     n_gen, n_prompt, n_prompt + n_gen, decode_ms / n_gen, tok_s, bytes / 1e9, w.decode_bytes / 1e9, kv_bytes / 1e9, gbs,
                     100.0 * gbs / copy_gbs);
+        if (!o.timeline_file.empty()) {  // a profiling build's block timestamps of 3 more steps (trace.cuh)
+            trace_enable(true);
+            for (int i = 0; i < 3; i++) run_decode_step(c, w, s, greedy, g, st);
+            CUDA_CHECK(cudaStreamSynchronize(st));
+            trace_enable(false);
+            trace_save(strf("%s.%d", o.timeline_file.c_str(), n_prompt));
+        }
         if (pi + 1 == o.n_prompt.size()) print_decode_breakdown(c, w, s, decode_ms / n_gen, st);
     }
     return 0;

@@ -56,6 +56,7 @@ TEST_CASE("llama.cpp flag names, short and long") {
     CHECK(parse({"-h"}).help);
     CHECK(parse({"-m", "d", "--bench"}).n_prompt == std::vector<int>{512});
     CHECK(parse({"-m", "d", "--bench", "--n-prompt", "512,4096,16384"}).n_prompt == std::vector<int>{512, 4096, 16384});
+    CHECK(parse({"-m", "d", "--bench", "--timeline", "tl"}).timeline_file == "tl");
 }
 
 TEST_CASE("bad flags and values are one-line usage errors naming the flag") {
@@ -79,6 +80,7 @@ TEST_CASE("bad flags and values are one-line usage errors naming the flag") {
     CHECK(usage_error({"-m", "d"}) == "give a prompt with -p, -f or --ids (or --bench)");
     CHECK(usage_error({"-m", "d", "-p", "x", "-f", "y"}) == "give only one of -p, -f and --ids");
     CHECK(usage_error({"-m", "d", "-p", "x", "-q", "-v"}) == "-q and -v contradict each other");
+    CHECK(usage_error({"-m", "d", "-p", "x", "--timeline", "tl"}) == "--timeline needs --bench");
 }
 
 #include "prompt.h"

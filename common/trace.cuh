@@ -1,0 +1,94 @@
+// trace.cuh — a timeline of the decode kernels, block by block: a profiling build (make trace).
+//
+// Usage:
+//   in a kernel:  TRACE_BEGIN();                    first statement: the block starts
+//                 TRACE_MARK(k);                    k = 1 .. 5: points of the kernel's own (see below)
+//                 TRACE_END(kind, a, b);            thread 0 appends the block's record
+//   host:         trace_enable(true); ...decode steps...; trace_enable(false); trace_save(path);
+//                 (the engine does this for 3 decode steps with --bench --trace FILE)
+//   analysis:     python3 oracle/trace_report.py FILE.512 bf16
+// Thread 0 of each block reads %globaltimer (nanoseconds, one clock for all SMs) at each point and appends
+// one record to a device buffer. The kernels' points: GEMV (kind 1, a = N, b = K): 1 after waiting for the
+// previous kernel, 2 x staged, 3 its rows done, 4 every warp done (a barrier only this build has).
+// Flash-Decoding (kind 2, or 3 for the block that merged): 1 after the wait, 2 queries ready, 3 keys done,
+// 4 counted, 5 merged. Without MONOCU_TRACE every macro is empty and the kernels are the normal build's.
+// Why: it shows where a step's time goes between kernels (the wait after the previous kernel, staging,
+// the last blocks' tail), which per-kernel timings cannot; kb/status.md has what it found.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cuda_check.h"
+#include "errors.h"
+
+namespace monocu {
+
+// One block's record, as oracle/trace_report.py reads it (56 bytes, little-endian).
+struct TraceRecord {
+    unsigned kind, a, b, block, sm, pad;
+    unsigned long long t[6];  // ns; 0 where a point was not reached
+};
+
+#ifdef MONOCU_TRACE
+constexpr bool kTraceBuild = true;
+constexpr unsigned kTraceCapacity = 1u << 19;  // records: 3 steps of an 8B model need ~300k
+__device__ int g_trace_on;
+__device__ unsigned g_trace_count;
+__device__ TraceRecord g_trace[kTraceCapacity];
+
+__device__ __forceinline__ unsigned long long trace_clock() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ void trace_append(unsigned kind, unsigned a, unsigned b, const unsigned long long* t) {
+    if (!g_trace_on || threadIdx.x != 0) return;
+    unsigned i = atomicAdd(&g_trace_count, 1u);
+    if (i >= kTraceCapacity) return;
+    TraceRecord r;
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    r.kind = kind, r.a = a, r.b = b, r.block = blockIdx.x + blockIdx.y * gridDim.x, r.sm = sm, r.pad = 0;
+    for (int k = 0; k < 6; k++) r.t[k] = t[k];
+    g_trace[i] = r;
+}
+
+inline void trace_enable(bool on) {
+    int v = on;
+    unsigned zero = 0;
+    CUDA_CHECK(cudaMemcpyToSymbol(g_trace_on, &v, sizeof v));
+    if (on) CUDA_CHECK(cudaMemcpyToSymbol(g_trace_count, &zero, sizeof zero));
+}
+
+inline void trace_save(const std::string& path) {
+    unsigned n = 0;
+    CUDA_CHECK(cudaMemcpyFromSymbol(&n, g_trace_count, sizeof n));
+    if (n > kTraceCapacity) die("trace: %u records do not fit the buffer of %u (trace fewer steps)", n, kTraceCapacity);
+    std::vector<TraceRecord> recs(n);
+    CUDA_CHECK(cudaMemcpyFromSymbol(recs.data(), g_trace, n * sizeof(TraceRecord)));
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f || std::fwrite(recs.data(), sizeof(TraceRecord), n, f) != n) die("%s: cannot write the trace", path.c_str());
+    std::fclose(f);
+    std::printf("trace: %u block records -> %s\n", n, path.c_str());
+}
+
+#define TRACE_BEGIN()                                 \
+    unsigned long long trace_t_[6] = {0, 0, 0, 0, 0, 0}; \
+    trace_t_[0] = monocu::trace_clock()
+#define TRACE_MARK(k) trace_t_[k] = monocu::trace_clock()
+#define TRACE_BARRIER() __syncthreads()
+#define TRACE_END(kind, a, b) monocu::trace_append(kind, a, b, trace_t_)
+#else
+constexpr bool kTraceBuild = false;
+inline void trace_enable(bool) { die("this binary has no tracing: build it with make trace"); }
+inline void trace_save(const std::string&) { die("this binary has no tracing: build it with make trace"); }
+#define TRACE_BEGIN()
+#define TRACE_MARK(k)
+#define TRACE_BARRIER()
+#define TRACE_END(kind, a, b)
+#endif
+
+}  // namespace monocu

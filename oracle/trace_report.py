@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Where a decode step's time goes, kernel by kernel, from a profiling build's block timestamps.
+
+    make trace && build/sm_90-trace/qwen3 -m MODEL --bench --n-prompt 512 -n 64 --timeline /tmp/tl
+    python3 oracle/trace_report.py /tmp/tl.512 bf16          # bf16 | fp8 | int4: bytes per weight
+
+The file holds one 56-byte record per block of every GEMV and Flash-Decoding launch of 3 decode steps
+(common/trace.cuh: kind, N, K, block, SM, 6 timestamps in ns). Launches are told apart by kind and shape
+and by time; the report covers the step between the first two lm_head launches. Per kernel kind, averaged
+over the step's layers, in microseconds:
+  dur    previous kernel's last block end -> this kernel's last block end (what the kernel adds to the step)
+  gap    previous kernel's end -> this kernel's first block past its wait (the PDL hand-over)
+  stage  median block: wait -> x staged in shared memory (GEMV)
+  tail   last block end - 90th percentile block end
+  early  blocks that started before the previous kernel ended (programmatic dependent launch)
+  TB/s   weight bytes / dur (GEMV)
+and for Flash-Decoding the median phases after its wait: queries ready, keys done, counted, merged.
+"""
+import argparse
+import sys
+
+import numpy as np
+
+RECORD = np.dtype([("kind", "<u4"), ("n", "<u4"), ("k", "<u4"), ("block", "<u4"), ("sm", "<u4"), ("pad", "<u4"),
+                   ("t", "<u8", (6,))])
+GEMV, FD_SPLIT, FD_MERGED = 1, 2, 3
+WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}
+LM_HEAD_MIN_ROWS = 32000  # the one GEMV this large: a step's boundary
+
+
+def launches(rec):
+    """Group block records into launches: same kind and shape, start times less than 15 us apart."""
+    out, open_by_key = [], {}
+    for i in np.argsort(rec["t"][:, 0], kind="stable"):
+        key = ("fd",) if rec["kind"][i] != GEMV else (int(rec["n"][i]), int(rec["k"][i]))
+        t0 = int(rec["t"][i, 0])
+        j = open_by_key.get(key)
+        if j is None or t0 - out[j]["last_t0"] > 15000:
+            out.append({"key": key, "rows": [], "last_t0": t0})
+            j = open_by_key[key] = len(out) - 1
+        out[j]["rows"].append(i)
+        out[j]["last_t0"] = t0
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("file")
+    ap.add_argument("dtype", choices=sorted(WEIGHT_BYTES))
+    a = ap.parse_args()
+    rec = np.fromfile(a.file, dtype=RECORD)
+    if rec.size == 0:
+        sys.exit(f"{a.file}: no records")
+    t = rec["t"].astype(np.int64)
+    end = np.where(t[:, 5] > 0, t[:, 5], t[:, 4])  # FD: merged; GEMV: all warps done
+    runs = launches(rec)
+    heads = [i for i, r in enumerate(runs) if r["key"][0] != "fd" and r["key"][0] >= LM_HEAD_MIN_ROWS]
+    if len(heads) < 2:
+        sys.exit(f"{a.file}: fewer than two lm_head launches: not a whole decode step")
+    kinds, fd_phases, prev_end, step = {}, [], None, 0.0
+    for r in runs[heads[0] + 1: heads[1] + 1]:
+        rows = np.array(r["rows"])
+        tr, er = t[rows], end[rows]
+        is_fd = r["key"][0] == "fd"
+        name = "attention" if is_fd else "%d x %d" % r["key"]
+        release, last_end = tr[:, 1].min(), er.max()
+        s = kinds.setdefault(name, dict(n=0, dur=0.0, gap=0.0, stage=0.0, tail=0.0, early=0, mb=0.0))
+        s["n"] += 1
+        dur = (last_end - (prev_end if prev_end is not None else tr[:, 0].min())) / 1e3
+        s["dur"] += dur
+        step += dur
+        s["gap"] += (release - prev_end) / 1e3 if prev_end is not None else 0.0
+        s["tail"] += (last_end - np.percentile(er, 90)) / 1e3
+        s["early"] += int((tr[:, 0] < prev_end).sum()) if prev_end is not None else 0
+        if is_fd:
+            merged = rec["kind"][rows] == FD_MERGED
+            fd_phases.append([np.median(tr[:, 2] - tr[:, 1]), np.median(tr[:, 3] - tr[:, 2]), np.median(tr[:, 4] - tr[:, 3]),
+                              np.median(tr[merged, 4] - release), np.median(tr[merged, 5] - tr[merged, 4]), last_end - release])
+        else:
+            s["stage"] += np.median(tr[:, 2] - tr[:, 1]) / 1e3
+            s["mb"] += r["key"][0] * r["key"][1] * WEIGHT_BYTES[a.dtype] / 1e6
+        prev_end = last_end
+    print(f"{a.file}: {rec.size} block records, {len(runs)} launches; one step = {step:.1f} us")
+    print("%-16s %4s %8s %6s %6s %6s %7s %6s" % ("kernel (N x K)", "n", "dur us", "gap", "stage", "tail", "early", "TB/s"))
+    for name, s in kinds.items():
+        n = s["n"]
+        tbs = "%6.2f" % (s["mb"] / s["dur"]) if s["mb"] else "     -"
+        print("%-16s %4d %8.2f %6.2f %6.2f %6.2f %7.1f %s" % (name, n, s["dur"] / n, s["gap"] / n, s["stage"] / n, s["tail"] / n,
+                                                           s["early"] / n, tbs))
+    if fd_phases:
+        f = np.median(np.array(fd_phases), axis=0) / 1e3
+        print("attention after its wait (median block, us): queries ready %.2f, keys done %.2f, counted %.2f; "
+              "the merging block counted at %.2f and merged in %.2f; last block done %.2f" % tuple(f))
+
+
+if __name__ == "__main__":
+    main()
