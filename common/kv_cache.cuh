@@ -60,24 +60,6 @@ inline KvCache kv_cache_create(KvType type, int layers, int n_kv, int ctx, int h
     return c;
 }
 
-// Whole block: stores one head row of the cache, thread i owning elements i and i + half.
-template <KvType KV>
-__device__ __forceinline__ void kv_store_row(void* cache, float* scales, size_t row, int hd, int i, float a, float b) {
-    int half = hd / 2;
-    if constexpr (KV == KvType::BF16) {
-        bf16* dst = static_cast<bf16*>(cache) + row * hd;
-        dst[i] = __float2bfloat16_rn(a);
-        dst[i + half] = __float2bfloat16_rn(b);
-    } else {
-        float amax = block_max(fmaxf(fabsf(a), fabsf(b)));
-        float s = amax > 0.f ? amax / kE4M3Max : 1.f, rs = 1.f / s;
-        uint8_t* dst = static_cast<uint8_t*>(cache) + row * hd;
-        dst[i] = float_to_e4m3_dev(a * rs);
-        dst[i + half] = float_to_e4m3_dev(b * rs);
-        if (i == 0) scales[row] = s;
-    }
-}
-
 // 8 elements of a cache row in the cache's form: bf16 (16 bytes of `packed`), or e4m3 (its first 8 bytes)
 // divided by the row's scale, which is returned (amax / 448 over the row's LPK lanes: every lane calls it).
 template <KvType KV, int LPK>
@@ -115,7 +97,7 @@ __device__ __forceinline__ void kv_put_8(void* cache, float* scales, size_t row,
 }
 
 // A group of LPK lanes stores one head row of the cache (head_dim = 8 LPK), lane dl owning elements
-// [8 dl, 8 dl + 8), with the same rounding as kv_store_row. Every lane of the warp calls it (the FP8 scale
+// [8 dl, 8 dl + 8): the row's FP8 scale is amax / 448 over the whole row. Every lane of the warp calls it (the FP8 scale
 // is a shuffle over the group); only lanes with `writer` set store.
 template <KvType KV, int LPK>
 __device__ __forceinline__ void kv_store_8(void* cache, float* scales, size_t row, int dl, const float* x, bool writer) {

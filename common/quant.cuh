@@ -115,33 +115,56 @@ inline void quantize_int4_g128(const bf16* w, uint8_t* packed, bf16* scales, int
     LAUNCH_CHECK();
 }
 
+// Dequantization for the prefill GEMM, one 16-byte store of 8 bf16 weights per thread (8 e4m3 bytes or 4
+// bytes of nibbles in, inside one row and one scale block): a warp writes 512 contiguous bytes. (Per pair of
+// weights with a 64-bit division each, it ran at about half the copy bandwidth; 32 or 64 bytes per thread,
+// in 2 or 4 strided stores, was slower again for INT4: kb/status.md.)
 static __global__ void dequant_fp8_kernel(const uint8_t* __restrict__ q, const float* __restrict__ scale, int kblock, int n_kb,
-                                          bf16* __restrict__ out, int K, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n / 2; i += (size_t)gridDim.x * blockDim.x) {
-        size_t e = 2 * i, row = e / K;
-        int k = (int)(e % K);
-        float2 f = e4m3x2_to_float2(reinterpret_cast<const uint16_t*>(q)[i]);
-        float s = scale[row * n_kb + k / kblock];  // K is even and kblock a multiple of 2: one scale for the pair
-        reinterpret_cast<__nv_bfloat162*>(out)[i] = __floats2bfloat162_rn(f.x * s, f.y * s);
+                                          bf16* __restrict__ out, int K, unsigned n_chunks) {
+    const unsigned chunks_per_row = K / 8;
+    for (unsigned c = blockIdx.x * blockDim.x + threadIdx.x; c < n_chunks; c += gridDim.x * blockDim.x) {
+        unsigned row = c / chunks_per_row, k = (c % chunks_per_row) * 8;
+        uint2 w = reinterpret_cast<const uint2*>(q)[c];
+        float s = scale[(size_t)row * n_kb + k / kblock];  // kblock is a multiple of 8: one scale for the chunk
+        const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&w);
+        uint4 o;
+        __nv_bfloat162* op = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 f = e4m3x2_to_float2(pairs[j]);
+            op[j] = __floats2bfloat162_rn(f.x * s, f.y * s);
+        }
+        reinterpret_cast<uint4*>(out)[c] = o;
     }
 }
 
 static __global__ void dequant_int4_kernel(const uint8_t* __restrict__ packed, const bf16* __restrict__ scales,
-                                           bf16* __restrict__ out, size_t n_bytes) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_bytes; i += (size_t)gridDim.x * blockDim.x) {
-        float s = __bfloat162float(scales[(2 * i) / kInt4Group]);
-        uint8_t b = packed[i];
-        reinterpret_cast<__nv_bfloat162*>(out)[i] = __floats2bfloat162_rn(((b & 0xF) - 8) * s, ((b >> 4) - 8) * s);
+                                           bf16* __restrict__ out, unsigned n_chunks) {
+    for (unsigned c = blockIdx.x * blockDim.x + threadIdx.x; c < n_chunks; c += gridDim.x * blockDim.x) {
+        uint32_t w = reinterpret_cast<const uint32_t*>(packed)[c];
+        float s = __bfloat162float(scales[(size_t)c * 8 / kInt4Group]);  // a chunk's 8 weights share a group
+        uint4 o;
+        __nv_bfloat162* op = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            uint32_t b = (w >> (8 * j)) & 0xFF;  // element 2j in the low nibble, 2j + 1 in the high one
+            op[j] = __floats2bfloat162_rn(((int)(b & 0xF) - 8) * s, ((int)(b >> 4) - 8) * s);
+        }
+        reinterpret_cast<uint4*>(out)[c] = o;
     }
 }
 
 inline void dequant_to_bf16(const Linear& L, bf16* out, cudaStream_t s) {
     size_t n = (size_t)L.N * L.K;
-    int grid = (int)std::min<size_t>(CEIL_DIV(n / 2, 256), 8192);
+    if (n / 8 >= (1ull << 32)) die("dequant_to_bf16: a %d x %d projection is too large", L.N, L.K);
+    if (L.fmt == WFormat::FP8 && (L.K % 8 != 0 || L.kblock % 8 != 0))
+        die("dequant_to_bf16: fp8 needs K and its scale block to be multiples of 8 (K %d, block %d)", L.K, L.kblock);
+    if (L.fmt == WFormat::INT4 && L.K % kInt4Group != 0) die("dequant_to_bf16: int4 needs K %% %d == 0, got %d", kInt4Group, L.K);
+    unsigned chunks = (unsigned)(n / 8), grid = (unsigned)std::min<size_t>(CEIL_DIV(chunks, 256), 8192);
     if (L.fmt == WFormat::FP8)
-        dequant_fp8_kernel<<<grid, 256, 0, s>>>((const uint8_t*)L.w, (const float*)L.scale, L.kblock, L.K / L.kblock, out, L.K, n);
+        dequant_fp8_kernel<<<grid, 256, 0, s>>>((const uint8_t*)L.w, (const float*)L.scale, L.kblock, L.K / L.kblock, out, L.K, chunks);
     else if (L.fmt == WFormat::INT4)
-        dequant_int4_kernel<<<grid, 256, 0, s>>>((const uint8_t*)L.w, (const bf16*)L.scale, out, n / 2);
+        dequant_int4_kernel<<<grid, 256, 0, s>>>((const uint8_t*)L.w, (const bf16*)L.scale, out, chunks);
     else
         die("dequant_to_bf16: the weights are bf16 already");
     LAUNCH_CHECK();

@@ -23,7 +23,6 @@
 #include "gpu_memory.cuh"
 #include "kv_cache.cuh"
 #include "pdl.cuh"
-#include "reduce.cuh"
 
 namespace monocu {
 
@@ -112,49 +111,82 @@ __device__ __forceinline__ void head_norm_rope_8(float* x, const bf16* w, const 
     }
 }
 
-// One block per (head, token); thread i owns the rotation pair (i, i + d/2).
-// Blocks [0, nh) are q heads, [nh, nh + nkv) k heads, [nh + nkv, nh + 2 nkv) v heads (copied to the cache).
-template <KvType KV>
+// One warp per 32 / LPK heads of a token, LPK = head_dim / 8 lanes per head, each lane owning 8 consecutive
+// elements: the head's sum of squares and the rotation's partner (element i + d/2, in lane dl ^ LPK/2) are
+// shuffles, so a head costs one 32-byte load per lane and no block barrier. Heads [0, nh) are q, [nh, nh + nkv)
+// k, [nh + nkv, nh + 2 nkv) v (stored to the cache as they are). (One block per head and token, thread i
+// owning the pair (i, i + d/2), took 118 us per layer for a 2,048-token Qwen3-4B chunk: kb/status.md.)
+template <KvType KV, int HD>
 __global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, const int* __restrict__ d_pos,
                                           const bf16* __restrict__ q_norm_w, const bf16* __restrict__ k_norm_w,
                                           const float2* __restrict__ rope, bf16* __restrict__ q_out, KvLayer kv, int nh,
-                                          int nkv, int hd, int ctx, float eps) {
+                                          int nkv, int ctx, float eps) {
+    constexpr int LPK = HD / 8, heads_per_warp = 32 / LPK;
     pdl_launch_dependents();
     pdl_wait();
-    int head = blockIdx.x, t = blockIdx.y, half = hd / 2, i = threadIdx.x;
-    int pos = *d_pos + t;
-    const float* row = qkv + (size_t)t * (nh + 2 * nkv) * hd + (size_t)head * hd;
-    float x1 = row[i], x2 = row[i + half];
-    if (head >= nh + nkv) {  // v: straight into the cache
-        kv_store_row<KV>(kv.v, kv.v_scale, (size_t)(head - nh - nkv) * ctx + pos, hd, i, x1, x2);
-        return;
+    const int lane = threadIdx.x & 31, dl = lane % LPK, t = blockIdx.y, n_all = nh + 2 * nkv;
+    const int head = (blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5)) * heads_per_warp + lane / LPK;
+    const int h = min(head, n_all - 1);  // lanes past the last head redo it (every lane joins the shuffles), store nothing
+    const bool is_q = h < nh, is_v = h >= nh + nkv;
+    const int pos = *d_pos + t;
+    float x[8];
+    load_float8(qkv + ((size_t)t * n_all + h) * HD + dl * 8, x);
+    const bf16* nw = is_q ? q_norm_w : k_norm_w;
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) ss += x[j] * x[j];
+#pragma unroll
+    for (int o = LPK / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (nw && !is_v) {  // per-head RMSNorm over head_dim (Qwen3's q_norm / k_norm)
+        float inv = rsqrtf(ss / HD + eps), wv[8];
+        bf16x8_to_float(*reinterpret_cast<const uint4*>(nw + dl * 8), wv);
+#pragma unroll
+        for (int j = 0; j < 8; j++) x[j] *= inv * wv[j];
     }
-    const bf16* nw = head < nh ? q_norm_w : k_norm_w;
-    if (nw) {  // per-head RMSNorm over head_dim (Qwen3's q_norm / k_norm)
-        float inv = rsqrtf(block_sum(x1 * x1 + x2 * x2) / hd + eps);
-        x1 *= inv * __bfloat162float(nw[i]);
-        x2 *= inv * __bfloat162float(nw[i + half]);
+    const bool first = dl < LPK / 2;
+    const float2* cs = rope + (size_t)pos * (HD / 2) + (dl % (LPK / 2)) * 8;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {  // rotate-half: (x, y) -> (x c - y s, y c + x s) for x = element i, y = i + d/2
+        float partner = __shfl_xor_sync(0xffffffffu, x[j], LPK / 2);
+        if (!is_v) {
+            float2 c = cs[j];
+            x[j] = first ? x[j] * c.x - partner * c.y : x[j] * c.x + partner * c.y;
+        }
     }
-    float2 cs = rope[(size_t)pos * half + i];
-    float r1 = x1 * cs.x - x2 * cs.y, r2 = x2 * cs.x + x1 * cs.y;
-    if (head < nh) {
-        bf16* dst = q_out + ((size_t)t * nh + head) * hd;
-        dst[i] = __float2bfloat16_rn(r1);
-        dst[i + half] = __float2bfloat16_rn(r2);
+    uint4 packed;
+    float scale = kv_pack_8<KV, LPK>(x, packed);  // every lane: the FP8 scale is a shuffle over the head's lanes
+    if (head >= n_all) return;
+    if (is_q) {
+        uint4 r;
+        __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&r);
+#pragma unroll
+        for (int k = 0; k < 4; k++) p[k] = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
+        *reinterpret_cast<uint4*>(q_out + ((size_t)t * nh + h) * HD + dl * 8) = r;
+    } else if (is_v) {
+        kv_put_8<KV, LPK>(kv.v, kv.v_scale, (size_t)(h - nh - nkv) * ctx + pos, dl, packed, scale);
     } else {
-        kv_store_row<KV>(kv.k, kv.k_scale, (size_t)(head - nh) * ctx + pos, hd, i, r1, r2);
+        kv_put_8<KV, LPK>(kv.k, kv.k_scale, (size_t)(h - nh) * ctx + pos, dl, packed, scale);
     }
+}
+
+template <int HD>
+inline void qk_norm_rope_cache_launch(const float* qkv, int T, const int* d_pos, const bf16* q_norm_w, const bf16* k_norm_w,
+                                      const RopeTable& rope, bf16* q_out, KvType kv_type, const KvLayer& kv, int nh, int nkv, int ctx,
+                                      float eps, cudaStream_t stream) {
+    constexpr int kWarps = 8, heads_per_block = kWarps * 32 / (HD / 8);
+    dim3 grid(CEIL_DIV(nh + 2 * nkv, heads_per_block), T);
+    auto kernel = kv_type == KvType::BF16 ? qk_norm_rope_cache_kernel<KvType::BF16, HD> : qk_norm_rope_cache_kernel<KvType::FP8, HD>;
+    launch(kernel, grid, kWarps * 32, 0, stream, qkv, d_pos, q_norm_w, k_norm_w, rope.cos_sin, q_out, kv, nh, nkv, ctx, eps);
 }
 
 inline void qk_norm_rope_cache(const float* qkv, int T, const int* d_pos, const bf16* q_norm_w, const bf16* k_norm_w,
                                const RopeTable& rope, bf16* q_out, KvType kv_type, const KvLayer& kv, int nh, int nkv, int hd,
                                int ctx, float eps, cudaStream_t stream) {
-    if (hd % 64 != 0 || hd / 2 > 1024) die("qk_norm_rope_cache: head_dim %d must be a multiple of 64", hd);
+    if (hd != 64 && hd != 128) die("qk_norm_rope_cache: head_dim %d is not supported (64, 128)", hd);
     if (rope.half != hd / 2 || rope.max_pos < ctx) die("qk_norm_rope_cache: rope table does not match head_dim/context");
     if (T <= 0) return;
-    dim3 grid(nh + 2 * nkv, T);
-    auto kernel = kv_type == KvType::BF16 ? qk_norm_rope_cache_kernel<KvType::BF16> : qk_norm_rope_cache_kernel<KvType::FP8>;
-    launch(kernel, grid, hd / 2, 0, stream, qkv, d_pos, q_norm_w, k_norm_w, rope.cos_sin, q_out, kv, nh, nkv, hd, ctx, eps);
+    if (hd == 64) qk_norm_rope_cache_launch<64>(qkv, T, d_pos, q_norm_w, k_norm_w, rope, q_out, kv_type, kv, nh, nkv, ctx, eps, stream);
+    else qk_norm_rope_cache_launch<128>(qkv, T, d_pos, q_norm_w, k_norm_w, rope, q_out, kv_type, kv, nh, nkv, ctx, eps, stream);
 }
 
 }  // namespace monocu

@@ -5,6 +5,7 @@
 //   double gbs = measure_copy_bandwidth(stream);                 // device-to-device copy, GB/s (read + write)
 //   double tf = measure_gemm_tflops(gemm, M, N, K, stream);      // cuBLAS bf16 GEMM on random data, TFLOP/s
 //   double now = wall_ms();                                      // host clock
+//   double ms = time_rounds(stream, calls, reps, [&](int i) { ... });  // ms per round of calls fn(0..calls-1)
 //
 // The roofline: decode at batch 1 must read every weight once per token, so tokens/s can be at most
 // (copy bandwidth) / (bytes read per token). The copy bandwidth is measured here, in the same process,
@@ -46,6 +47,18 @@ struct GpuTimer {
         return ms;
     }
 };
+
+// Milliseconds per round of `calls` calls fn(0), ..., fn(calls - 1): one round to warm up, then `reps` rounds
+// back to back on the stream, timed together (the engines' per-operation breakdowns).
+template <class Fn>
+inline double time_rounds(cudaStream_t stream, int calls, int reps, Fn&& fn) {
+    for (int i = 0; i < calls; i++) fn(i);
+    GpuTimer t(stream);
+    t.start();
+    for (int r = 0; r < reps; r++)
+        for (int i = 0; i < calls; i++) fn(i);
+    return t.stop() / reps;
+}
 
 static __global__ void fill_pattern_kernel(uint32_t* p, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)

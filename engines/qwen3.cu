@@ -512,20 +512,71 @@ static void print_decode_breakdown(const Config& c, const Weights& w, State& s, 
         {"sample", 1, [&](int) { sample(s.sampler, greedy, s.logits, st); }},
     };
     set_pos(s, c.ctx - 1, st);  // a valid position (the bench's decode ends at the end of the context)
-    const int reps = 5;
-    GpuTimer t(st);
     double sum_ms = 0;
     std::printf("bench: decode breakdown (each op alone, back to back):");
     for (const Op& op : ops) {
-        for (int l = 0; l < op.per_token; l++) op.run(l);  // warm
-        t.start();
-        for (int r = 0; r < reps; r++)
-            for (int l = 0; l < op.per_token; l++) op.run(l);
-        double ms = t.stop() / reps;
+        double ms = time_rounds(st, op.per_token, 5, op.run);
         sum_ms += ms;
         std::printf(" %s %.1f us x %d = %.3f ms;", op.name, 1000.0 * ms / op.per_token, op.per_token, ms);
     }
     std::printf(" sum %.3f ms, step %.3f ms\n", sum_ms, step_ms);
+}
+
+// Where a prefill pass of T tokens goes: each piece of forward()'s prefill path (the norms, the dequantization
+// of quantized weights, each GEMM, the SwiGLU pass, q/k norm + RoPE + cache write, attention) runs alone for
+// every layer, 3 times over, at position 0, and prints milliseconds per pass and the GEMMs' TFLOP/s. The
+// sum against the measured pass is what chaining costs. It overwrites the state (bench only).
+static void print_prefill_breakdown(const Config& c, const Weights& w, State& s, int T, double pass_ms, cudaStream_t st) {
+    LinearScratch sc = s.scratch();
+    const bool quantized = w.layers[0].qkv.fmt != WFormat::BF16;
+    auto weights = [&](const Linear& L) { return L.fmt == WFormat::BF16 ? static_cast<const bf16*>(L.w) : sc.wb; };
+    struct Op {
+        const char* name;
+        double flops;  // per layer, 0: not a GEMM
+        std::function<void(int layer)> run;
+    };
+    auto gemm_op = [&](const char* name, const Linear Layer::*proj, const bf16* in, float* out, bool add) {
+        const Linear& L0 = w.layers[0].*proj;
+        return Op{name, 2.0 * T * L0.N * L0.K,
+                  [&, proj, in, out, add](int l) {
+                      const Linear& L = w.layers[l].*proj;
+                      gemm_bf16(*sc.gemm, in, weights(L), out, T, L.N, L.K, add, st);
+                  }};
+    };
+    std::vector<Op> ops = {
+        {"rmsnorm x2", 0, [&](int l) {
+             rmsnorm(s.x, w.layers[l].attn_norm, sc.xb, T, c.dim, c.eps, st);
+             rmsnorm(s.x, w.layers[l].mlp_norm, sc.xb, T, c.dim, c.eps, st);
+         }},
+        gemm_op("qkv", &Layer::qkv, sc.xb, s.qkv, false),
+        {"q/k norm + rope + cache", 0, [&](int l) {
+             qk_norm_rope_cache(s.qkv, T, s.d_pos, w.layers[l].q_norm, w.layers[l].k_norm, s.rope, s.q, s.kv.type, s.kv.layer(l), c.n_heads,
+                                c.n_kv, c.head_dim, c.ctx, c.eps, st);
+         }},
+        {"attention", 4.0 * T * T / 2 * c.q_dim, [&](int l) {
+             prefill_attention(s.q, s.kv.type, s.kv.layer(l), s.d_pos, s.att, T, c.n_heads, c.n_kv, c.head_dim, c.ctx, st);
+         }},
+        gemm_op("o", &Layer::o, s.att, s.x, true),
+        gemm_op("gate_up", &Layer::gate_up, sc.xb, sc.f, false),
+        {"swiglu", 0, [&](int l) { swiglu_interleaved(sc.f, s.h, T, w.layers[l].gate_up.N / 2, st); }},
+        gemm_op("down", &Layer::down, s.h, s.x, true),
+    };
+    if (quantized)
+        ops.insert(ops.begin(), Op{"dequantize 4 projections", 0, [&](int l) {
+                                       for (const Linear* L : {&w.layers[l].qkv, &w.layers[l].o, &w.layers[l].gate_up, &w.layers[l].down})
+                                           dequant_to_bf16(*L, sc.wb, st);
+                                   }});
+    set_pos(s, 0, st);
+    double sum_ms = 0;
+    std::printf("bench: prefill breakdown (%d tokens at position 0, each op alone, ms per pass):", T);
+    for (const Op& op : ops) {
+        double ms = time_rounds(st, c.n_layers, 3, op.run);
+        sum_ms += ms;
+        std::printf(" %s %.2f", op.name, ms);
+        if (op.flops > 0) std::printf(" (%.0f TFLOP/s)", op.flops * c.n_layers / (ms * 1e-3) / 1e12);
+        std::printf(";");
+    }
+    std::printf(" sum %.2f ms, pass %.2f ms\n", sum_ms, pass_ms);
 }
 
 // --bench: for each prompt length, a random prompt, a timed prefill, then greedy decode ignoring
@@ -546,11 +597,13 @@ static int bench(const Options& o, const Config& c, const Weights& w, State& s, 
         int n_prompt = o.n_prompt[pi];
         std::vector<int> ids(n_prompt);
         for (int& id : ids) id = (int)(rng() % c.vocab);
-        if (pi == 0) {  // warm-up: cuBLAS heuristics, module loading, then one eager decode step and the capture
-            prefill(c, w, s, ids, Taps(), st);
-            sample(s.sampler, greedy, s.last_logits, st);
+        // Warm-up, untimed: a prefill of this very length (cuBLAS loads the kernels of a GEMM shape on its first
+        // call: a 2,048-token prefill after a 512-token one measured 25% slower without it), then, the first
+        // time, one eager decode step and the capture.
+        prefill(c, w, s, ids, Taps(), st);
+        sample(s.sampler, greedy, s.last_logits, st);
+        if (pi == 0)
             for (int i = 0; i < 2; i++) run_decode_step(c, w, s, greedy, g, st), read_token(s, st);
-        }
         GpuTimer timer(st);
         timer.start();
         prefill(c, w, s, ids, Taps(), st);
@@ -583,6 +636,7 @@ static int bench(const Options& o, const Config& c, const Weights& w, State& s, 
             trace_enable(false);
             trace_save(strf("%s.%d", o.timeline_file.c_str(), n_prompt));
         }
+        if (n_prompt == kPrefillChunk) print_prefill_breakdown(c, w, s, n_prompt, prefill_ms, st);
         if (pi + 1 == o.n_prompt.size()) print_decode_breakdown(c, w, s, decode_ms / n_gen, st);
     }
     return 0;

@@ -132,10 +132,12 @@ static std::vector<double> head_norm_rope_ref(const float* x, const std::vector<
 TEST_CASE("qk_norm_rope_cache: per-head RMSNorm, rotate-half RoPE, cache rows at pos..pos+T-1, bf16 and FP8 cache") {
     Rng r(4);
     for (KvType kt : {KvType::BF16, KvType::FP8})
-        for (int hd : {64, 128}) {
+        for (int hd : {64, 128})
+        for (std::pair<int, int> heads : {std::pair<int, int>{4, 2}, {7, 1}}) {  // (7, 1): q, k and v heads share warps
             CAPTURE(hd);
             CAPTURE((int)kt);
-            int T = 5, pos0 = 11, nh = 4, nkv = 2, ctx = 32, row = (nh + 2 * nkv) * hd;
+            CAPTURE(heads.first);
+            int T = 5, pos0 = 11, nh = heads.first, nkv = heads.second, ctx = 32, row = (nh + 2 * nkv) * hd;
             float eps = 1e-6f;
             RopeConfig rc;
             rc.theta = 10000;
