@@ -5,7 +5,7 @@
 //                 TRACE_MARK(k);                    k = 1 .. 5: points of the kernel's own (see below)
 //                 TRACE_END(kind, a, b);            thread 0 appends the block's record
 //   host:         trace_enable(true); ...decode steps...; trace_enable(false); trace_save(path);
-//                 (the engine does this for 3 decode steps with --bench --trace FILE)
+//                 (the engine does this for 3 decode steps with --bench --timeline FILE)
 //   analysis:     python3 oracle/trace_report.py FILE.512 bf16
 // Thread 0 of each block reads %globaltimer (nanoseconds, one clock for all SMs) at each point and appends
 // one record to a device buffer. The kernels' points: GEMV (kind 1, a = N, b = K): 1 after waiting for the
