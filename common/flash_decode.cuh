@@ -165,7 +165,6 @@ template <int HD, KvType KV>
 __device__ __forceinline__ void flash_decode_store_new_row(const DecodeQkv& in, const KvLayer& kv, int n_heads, int n_kv, int kvh, int pos,
                                                            int ctx, int dl, bool writer, FdNewRow<HD>& keep) {
     constexpr int LPK = HD / 8;
-    constexpr int kBytes = KV == KvType::FP8 ? 8 : 16;  // of 8 elements
     const float* k_raw = in.qkv + (size_t)(n_heads + kvh) * HD + dl * 8;
     const float* v_raw = in.qkv + (size_t)(n_heads + n_kv + kvh) * HD + dl * 8;
     float k[8], v[8];
@@ -178,14 +177,8 @@ __device__ __forceinline__ void flash_decode_store_new_row(const DecodeQkv& in, 
     size_t row = (size_t)kvh * ctx + pos;
     kv_put_8<KV, LPK>(kv.k, kv.k_scale, row, dl, pk, sk);
     kv_put_8<KV, LPK>(kv.v, kv.v_scale, row, dl, pv, sv);
-    if constexpr (kBytes == 16) {
-        *reinterpret_cast<uint4*>(keep.k + dl * 16) = pk;
-        *reinterpret_cast<uint4*>(keep.v + dl * 16) = pv;
-    } else {
-        *reinterpret_cast<uint2*>(keep.k + dl * 8) = make_uint2(pk.x, pk.y);
-        *reinterpret_cast<uint2*>(keep.v + dl * 8) = make_uint2(pv.x, pv.y);
-        if (dl == 0) keep.k_scale = sk, keep.v_scale = sv;
-    }
+    kv_put_8<KV, LPK>(keep.k, &keep.k_scale, 0, dl, pk, sk);  // row 0 of a one-row "cache"
+    kv_put_8<KV, LPK>(keep.v, &keep.v_scale, 0, dl, pv, sv);
 }
 
 // Shared memory of one warp: a ring of key tiles (16 keys of K and V each, as cp.async lands them) and,

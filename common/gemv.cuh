@@ -83,13 +83,7 @@ struct Bf16Weights {
     static constexpr int kWideRows = 2;  // rows per warp where a projection has rows to spare (gemv_layout)
     static constexpr size_t smem_bytes(int K) { return (size_t)K * 2; }
     // Stores elements i .. i+7 (i a multiple of 8) in the form dot() reads: one 16-byte store.
-    static __device__ __forceinline__ void stage8(void* xs, int i, const float* v) {
-        uint4 r;
-        __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&r);
-#pragma unroll
-        for (int k = 0; k < 4; k++) p[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-        static_cast<uint4*>(xs)[i / 8] = r;
-    }
+    static __device__ __forceinline__ void stage8(void* xs, int i, const float* v) { static_cast<uint4*>(xs)[i / 8] = float8_to_bf16x8(v); }
     static __device__ __forceinline__ float dot(uint4 w, const void* xs, int chunk) {
         uint4 x = static_cast<const uint4*>(xs)[chunk];
         const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
@@ -415,6 +409,7 @@ inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w,
     static bool raised = false;  // one attribute call per instantiation, before any graph capture (eager warm-up)
     if (!raised) {
         CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<F, IN, OUT, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+        prefer_decode_carveout(gemv_kernel<F, IN, OUT, R>);
         raised = true;
     }
     const int S = lay.S, KS = lay.KS;
@@ -434,7 +429,6 @@ inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w,
     }
     cfg.attrs = attr;
     cfg.numAttrs = add_pdl_attribute(attr, n_attr);
-    prefer_decode_carveout(gemv_kernel<F, IN, OUT, R>);
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<F, IN, OUT, R>, L, x, norm_w, eps, y, y_bf16, S, KS));
 }
 

@@ -85,6 +85,15 @@ __device__ __forceinline__ void bf16x8_to_float(uint4 v, float* f) {
     }
 }
 
+// 8 floats rounded to bf16 (round to nearest even), as one 16-byte value: the reverse of bf16x8_to_float.
+__device__ __forceinline__ uint4 float8_to_bf16x8(const float* f) {
+    uint4 v;
+    __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+    for (int k = 0; k < 4; k++) p[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    return v;
+}
+
 // 8 floats from a 16-byte aligned address (two 16-byte loads).
 __device__ __forceinline__ void load_float8(const float* p, float* x) {
     float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];

@@ -60,14 +60,14 @@ inline KvCache kv_cache_create(KvType type, int layers, int n_kv, int ctx, int h
     return c;
 }
 
-// 8 elements of a cache row in the cache's form: bf16 (16 bytes of `packed`), or e4m3 (its first 8 bytes)
-// divided by the row's scale, which is returned (amax / 448 over the row's LPK lanes: every lane calls it).
+// Lanes dl = 0 .. LPK-1 of an aligned group hold one head row of the cache (head_dim = 8 LPK), 8 elements
+// each. kv_pack_8 puts a lane's 8 in the cache's form: bf16 (16 bytes of `packed`), or e4m3 (its first 8
+// bytes) divided by the row's scale, which it returns (amax / 448 over the row: a shuffle over the group, so
+// every lane of the warp calls it). kv_put_8 stores them.
 template <KvType KV, int LPK>
 __device__ __forceinline__ float kv_pack_8(const float* x, uint4& packed) {
     if constexpr (KV == KvType::BF16) {
-        __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&packed);
-#pragma unroll
-        for (int k = 0; k < 4; k++) p[k] = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
+        packed = float8_to_bf16x8(x);
         return 1.f;
     } else {
         float amax = 0.f;
@@ -84,7 +84,7 @@ __device__ __forceinline__ float kv_pack_8(const float* x, uint4& packed) {
     }
 }
 
-// Stores what kv_pack_8 made: lane dl's 8 elements of cache row `row` (and the row's scale, FP8).
+// Lane dl's part of row `row` (and, from lane 0, the row's FP8 scale).
 template <KvType KV, int LPK>
 __device__ __forceinline__ void kv_put_8(void* cache, float* scales, size_t row, int dl, uint4 packed, float scale) {
     constexpr int hd = 8 * LPK;
@@ -94,16 +94,6 @@ __device__ __forceinline__ void kv_put_8(void* cache, float* scales, size_t row,
         *reinterpret_cast<uint2*>(static_cast<uint8_t*>(cache) + row * hd + dl * 8) = make_uint2(packed.x, packed.y);
         if (dl == 0) scales[row] = scale;
     }
-}
-
-// A group of LPK lanes stores one head row of the cache (head_dim = 8 LPK), lane dl owning elements
-// [8 dl, 8 dl + 8): the row's FP8 scale is amax / 448 over the whole row. Every lane of the warp calls it (the FP8 scale
-// is a shuffle over the group); only lanes with `writer` set store.
-template <KvType KV, int LPK>
-__device__ __forceinline__ void kv_store_8(void* cache, float* scales, size_t row, int dl, const float* x, bool writer) {
-    uint4 packed;
-    float scale = kv_pack_8<KV, LPK>(x, packed);
-    if (writer) kv_put_8<KV, LPK>(cache, scales, row, dl, packed, scale);
 }
 
 // 8 consecutive elements of a cache row (16 bytes of bf16, 8 of e4m3) as floats, before any FP8 scale.

@@ -86,9 +86,10 @@ inline RopeTable make_rope_table(const RopeConfig& r, int head_dim, int max_pos,
 // The same math for kernels that keep a head spread over lanes (decode attention): lanes dl = 0 .. LPK-1
 // of an aligned group hold dims [8 dl, 8 dl + 8) of one head (head_dim = 8 LPK). The head's RMSNorm (w null:
 // none), then rotate-half RoPE with the position's (cos, sin) row: the partner of dim i < d/2 is i + d/2,
-// held by lane dl ^ LPK/2. Every lane of the warp calls it (shuffles).
+// held by lane dl ^ LPK/2. Every lane of the warp calls it (shuffles; w null or not for the whole warp); a
+// lane with `apply` false (a v head sharing the warp) only takes part and keeps its x.
 template <int LPK>
-__device__ __forceinline__ void head_norm_rope_8(float* x, const bf16* w, const float2* cos_sin, int dl, float eps) {
+__device__ __forceinline__ void head_norm_rope_8(float* x, const bf16* w, const float2* cos_sin, int dl, float eps, bool apply = true) {
     constexpr int hd = 8 * LPK, half_lanes = LPK / 2;
     if (w) {
         float ss = 0.f;
@@ -96,18 +97,22 @@ __device__ __forceinline__ void head_norm_rope_8(float* x, const bf16* w, const 
         for (int j = 0; j < 8; j++) ss += x[j] * x[j];
 #pragma unroll
         for (int o = LPK / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        float inv = rsqrtf(ss / hd + eps), wv[8];
-        bf16x8_to_float(*reinterpret_cast<const uint4*>(w + dl * 8), wv);
+        if (apply) {
+            float inv = rsqrtf(ss / hd + eps), wv[8];
+            bf16x8_to_float(*reinterpret_cast<const uint4*>(w + dl * 8), wv);
 #pragma unroll
-        for (int j = 0; j < 8; j++) x[j] *= inv * wv[j];
+            for (int j = 0; j < 8; j++) x[j] *= inv * wv[j];
+        }
     }
     const bool first = dl < half_lanes;
     const float2* cs = cos_sin + (dl % half_lanes) * 8;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         float partner = __shfl_xor_sync(0xffffffffu, x[j], half_lanes);
-        float2 c = cs[j];
-        x[j] = first ? x[j] * c.x - partner * c.y : x[j] * c.x + partner * c.y;
+        if (apply) {
+            float2 c = cs[j];
+            x[j] = first ? x[j] * c.x - partner * c.y : x[j] * c.x + partner * c.y;
+        }
     }
 }
 
@@ -131,37 +136,12 @@ __global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, const i
     const int pos = *d_pos + t;
     float x[8];
     load_float8(qkv + ((size_t)t * n_all + h) * HD + dl * 8, x);
-    const bf16* nw = is_q ? q_norm_w : k_norm_w;
-    float ss = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; j++) ss += x[j] * x[j];
-#pragma unroll
-    for (int o = LPK / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (nw && !is_v) {  // per-head RMSNorm over head_dim (Qwen3's q_norm / k_norm)
-        float inv = rsqrtf(ss / HD + eps), wv[8];
-        bf16x8_to_float(*reinterpret_cast<const uint4*>(nw + dl * 8), wv);
-#pragma unroll
-        for (int j = 0; j < 8; j++) x[j] *= inv * wv[j];
-    }
-    const bool first = dl < LPK / 2;
-    const float2* cs = rope + (size_t)pos * (HD / 2) + (dl % (LPK / 2)) * 8;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {  // rotate-half: (x, y) -> (x c - y s, y c + x s) for x = element i, y = i + d/2
-        float partner = __shfl_xor_sync(0xffffffffu, x[j], LPK / 2);
-        if (!is_v) {
-            float2 c = cs[j];
-            x[j] = first ? x[j] * c.x - partner * c.y : x[j] * c.x + partner * c.y;
-        }
-    }
+    head_norm_rope_8<LPK>(x, is_q ? q_norm_w : k_norm_w, rope + (size_t)pos * (HD / 2), dl, eps, !is_v);
     uint4 packed;
     float scale = kv_pack_8<KV, LPK>(x, packed);  // every lane: the FP8 scale is a shuffle over the head's lanes
     if (head >= n_all) return;
     if (is_q) {
-        uint4 r;
-        __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&r);
-#pragma unroll
-        for (int k = 0; k < 4; k++) p[k] = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
-        *reinterpret_cast<uint4*>(q_out + ((size_t)t * nh + h) * HD + dl * 8) = r;
+        *reinterpret_cast<uint4*>(q_out + ((size_t)t * nh + h) * HD + dl * 8) = float8_to_bf16x8(x);
     } else if (is_v) {
         kv_put_8<KV, LPK>(kv.v, kv.v_scale, (size_t)(h - nh - nkv) * ctx + pos, dl, packed, scale);
     } else {
