@@ -5,6 +5,7 @@
 //   my_kernel<<<grid, block, 0, stream>>>(...); LAUNCH_CHECK();
 //   CUBLAS_CHECK(cublasGemmEx(...));
 //   require_cuda_device();            // UserError "no CUDA device: ..." when there is none
+//   compute_capability_major();       // of the current device: 9 for Hopper
 //
 // A failing CUDA call is a bug or a driver problem, not bad user input: it prints the function,
 // file, line and the error's name, then exits with code 3.
@@ -71,3 +72,15 @@ inline int require_cuda_device() {
         if (s_ != CUBLAS_STATUS_SUCCESS)                                                                       \
             ::monocu::cuda_fail("cuBLAS", ::monocu::cublas_status_name(s_), #call, __func__, __FILE__, __LINE__); \
     } while (0)
+
+namespace monocu {
+
+// The current device's compute capability, major part (8 Ampere, 9 Hopper).
+inline int compute_capability_major() {
+    int dev = 0, major = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    return major;
+}
+
+}  // namespace monocu

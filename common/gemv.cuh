@@ -5,6 +5,7 @@
 //   gemv_add(L, x_bf16, y, stream);                        // y[n] += W[n] . x      (residual add)
 //   gemv_rmsnorm(L, x_f32, norm_w, eps, y, stream);        // y[n]  = W[n] . rmsnorm(x)
 //   gemv_rmsnorm_swiglu(L, x_f32, norm_w, eps, h, stream); // h[i]  = silu(W[2i] . n) * (W[2i+1] . n), n = rmsnorm(x)
+//   gemv_add(L, x, y, stream, l2_ahead(next, after_wait));  // the same, also warming L2 with next's first 8 MB
 //   K a multiple of 8 (16 for FP8, 128 for INT4); rows 16-byte aligned.
 //
 // Why our own kernel: at batch 1 the whole cost is reading W once, and cuBLAS reaches only 34-61% of HBM
@@ -59,6 +60,42 @@ enum class GemvOutput { STORE_F32, ADD_F32, SWIGLU_BF16 };
 
 constexpr int kGemvLoadsInFlight = 8, kGemvWarps = 8;  // 16-byte weight loads per lane per batch; warps per block
 constexpr float kFp8XScale = 1.f / 256.f, kInt4XScale = 1.f / 16.f;
+
+// Bytes a GEMV asks L2 to fetch for the projection after it, split evenly over its blocks; empty by default.
+// Each block asks before its wait for the previous kernel (while that one still runs), or with after_wait
+// once that kernel is done and this block's x is on its way.
+struct L2Prefetch {
+    const void* p = nullptr;
+    size_t bytes = 0;
+    bool after_wait = false;
+};
+
+// The start of next's weights, up to kL2AheadBytes. Why: a decode step leaves HBM idle at the seams of its
+// kernels (a GEMV's last blocks, the wait for x, the attention); weights fetched into L2 there are read
+// from L2 by the next projection. Measured in the engine's step (kb/status.md, fifth session): o_proj
+// fetching 8 MB of gate_up after its wait, and gate_up 8 MB of down_proj at its start, raised 4B fp8 from
+// 442 to ~460 tok/s and 8B fp8 from 276 to 281 (bf16 +0.5%); fetching gate_up from o_proj's early start
+// instead slowed the attention kernel beside it (10.5 -> 13.5 us per layer), and 16 MB or more was slower
+// than 8. (50 MB of L2 on the H100 and H200.)
+constexpr size_t kL2AheadBytes = 8u << 20;
+inline L2Prefetch l2_ahead(const Linear& next, bool after_wait) {
+    return L2Prefetch{next.w, std::min(kL2AheadBytes, next.weight_bytes()), after_wait};
+}
+
+// The block's share of pf, asked for in 16 KB pieces by the first threads of warp 0 (fire and forget: the
+// data lands in L2 and nothing waits for it). Hopper's bulk prefetch; nothing on older GPUs.
+__device__ __forceinline__ void l2_prefetch_share(const L2Prefetch& pf) {
+#if __CUDA_ARCH__ >= 900
+    if (pf.bytes == 0) return;
+    constexpr size_t kPiece = 16 * 1024;
+    size_t share = (pf.bytes / gridDim.x + 15) & ~size_t(15), begin = share * blockIdx.x;
+    size_t end = min(begin + share, pf.bytes & ~size_t(15));
+    for (size_t at = begin + threadIdx.x * kPiece; at < end; at += blockDim.x * kPiece) {
+        unsigned n = (unsigned)min(kPiece, end - at);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(pf.p) + at), "r"(n) : "memory");
+    }
+#endif
+}
 
 // ---- input staging and output, shared by every format ----
 
@@ -193,7 +230,7 @@ __device__ __forceinline__ float row_scale(const Linear& L, int row) {
 //     weights of the part to the staged area; then x / rms * w, rounded to bf16 exactly as the prefill
 //     path's rmsnorm kernel rounds it, replaces the weights chunk by chunk.
 template <class F, GemvInput IN>
-__device__ __forceinline__ void gemv_stage_x(const void* x_in, const bf16* norm_w, float eps, int K, int k0, int n, unsigned char* smem) {
+__device__ __forceinline__ void gemv_stage_x_issue(const void* x_in, const bf16* norm_w, int K, int k0, int n, unsigned char* smem) {
     constexpr bool kNorm = IN == GemvInput::F32_RMSNORM;
     bf16* staged = reinterpret_cast<bf16*>(smem);                 // n elements: bf16 as copied, then F's form
     float* raw = reinterpret_cast<float*>(smem + (size_t)n * 2);  // fused RMSNorm: x[0, K)
@@ -206,6 +243,14 @@ __device__ __forceinline__ void gemv_stage_x(const void* x_in, const bf16* norm_
         for (int i = first; i < n; i += step) cp_async_16_ca(staged + i, static_cast<const bf16*>(x_in) + k0 + i);
     }
     cp_async_commit();
+}
+
+template <class F, GemvInput IN>
+__device__ __forceinline__ void gemv_stage_x_finish(float eps, int K, int k0, int n, unsigned char* smem) {
+    constexpr bool kNorm = IN == GemvInput::F32_RMSNORM;
+    bf16* staged = reinterpret_cast<bf16*>(smem);
+    float* raw = reinterpret_cast<float*>(smem + (size_t)n * 2);
+    const int first = threadIdx.x * 8, step = blockDim.x * 8;
     cp_async_wait<0>();
     float inv = 1.f;
     if constexpr (kNorm) {
@@ -247,7 +292,7 @@ constexpr size_t gemv_smem_bytes(int K, int S) {
 template <class F, GemvInput IN, GemvOutput OUT, int R>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_kernel(Linear L, const void* __restrict__ x_in, const bf16* __restrict__ norm_w, float eps, float* __restrict__ y,
-                bf16* __restrict__ y_bf16, int S, int KS) {
+                bf16* __restrict__ y_bf16, int S, int KS, L2Prefetch pf) {
     constexpr int U = kGemvLoadsInFlight / R;  // R rows per warp, U chunks of each per batch
     TRACE_BEGIN();
     extern __shared__ __align__(16) unsigned char gemv_smem[];
@@ -283,9 +328,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     };
     pdl_launch_dependents();
     load_batch(lane);
+    if (!pf.after_wait) l2_prefetch_share(pf);
     pdl_wait();  // x was written by the previous kernel, and y may still be read by it
     TRACE_MARK(1);
-    gemv_stage_x<F, IN>(x_in, norm_w, eps, K, part * part_chunks * F::kPerChunk, part_chunks * F::kPerChunk, gemv_smem);
+    const int xk0 = part * part_chunks * F::kPerChunk, xn = part_chunks * F::kPerChunk;
+    gemv_stage_x_issue<F, IN>(x_in, norm_w, K, xk0, xn, gemv_smem);
+    if (pf.after_wait) l2_prefetch_share(pf);
+    gemv_stage_x_finish<F, IN>(eps, K, xk0, xn, gemv_smem);
     TRACE_MARK(2);
 
     float acc[R];
@@ -354,11 +403,10 @@ struct GemvDevice {
 inline const GemvDevice& gemv_device() {
     static GemvDevice d = [] {
         GemvDevice g;
-        int dev = 0, major = 0;
+        int dev = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&g.sms, cudaDevAttrMultiProcessorCount, dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        g.clusters = major >= 9;
+        g.clusters = compute_capability_major() >= 9;
         return g;
     }();
     return d;
@@ -405,7 +453,7 @@ inline GemvLayout gemv_layout(int N, int chunks, int wide_rows) {
 
 template <class F, GemvInput IN, GemvOutput OUT, int R>
 inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16, GemvLayout lay,
-                             cudaStream_t stream) {
+                             L2Prefetch pf, cudaStream_t stream) {
     static bool raised = false;  // one attribute call per instantiation, before any graph capture (eager warm-up)
     if (!raised) {
         CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<F, IN, OUT, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
@@ -429,46 +477,48 @@ inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w,
     }
     cfg.attrs = attr;
     cfg.numAttrs = add_pdl_attribute(attr, n_attr);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<F, IN, OUT, R>, L, x, norm_w, eps, y, y_bf16, S, KS));
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<F, IN, OUT, R>, L, x, norm_w, eps, y, y_bf16, S, KS, pf));
 }
 
 template <class F, GemvInput IN, GemvOutput OUT>
 inline void gemv_launch_format(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16,
-                               cudaStream_t stream) {
+                               L2Prefetch pf, cudaStream_t stream) {
     GemvLayout lay = gemv_layout(L.N, L.K / F::kPerChunk, F::kWideRows);
     if constexpr (F::kWideRows == 4) {
-        if (lay.R == 4) return gemv_launch_rows<F, IN, OUT, 4>(L, x, norm_w, eps, y, y_bf16, lay, stream);
+        if (lay.R == 4) return gemv_launch_rows<F, IN, OUT, 4>(L, x, norm_w, eps, y, y_bf16, lay, pf, stream);
     }
-    gemv_launch_rows<F, IN, OUT, 2>(L, x, norm_w, eps, y, y_bf16, lay, stream);
+    gemv_launch_rows<F, IN, OUT, 2>(L, x, norm_w, eps, y, y_bf16, lay, pf, stream);
 }
 
 template <GemvInput IN, GemvOutput OUT>
-inline void gemv_launch(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16, cudaStream_t stream) {
+inline void gemv_launch(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16, cudaStream_t stream,
+                        L2Prefetch pf = {}) {
     if (L.K % 8 != 0) die("gemv: K = %d must be a multiple of 8 (16-byte rows)", L.K);
     if (norm_w && reinterpret_cast<uintptr_t>(norm_w) % 16 != 0) die("gemv: the norm weights must be 16-byte aligned");
     if ((reinterpret_cast<uintptr_t>(L.w) | reinterpret_cast<uintptr_t>(x)) % 16 != 0) die("gemv: W and x must be 16-byte aligned");
     if (OUT == GemvOutput::SWIGLU_BF16 && L.N % 2 != 0) die("gemv: swiglu needs an even number of rows, got %d", L.N);
-    if (L.fmt == WFormat::BF16) return gemv_launch_format<Bf16Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, stream);
+    if (L.fmt == WFormat::BF16) return gemv_launch_format<Bf16Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, pf, stream);
     if (L.fmt == WFormat::FP8) {
         if (L.K % 16 != 0 || L.kblock <= 0 || L.K % L.kblock != 0 || L.kblock % 16 != 0)
             die("gemv: fp8 needs K %% 16 == 0 and K %% kblock == 0 (K %d, kblock %d)", L.K, L.kblock);
-        return gemv_launch_format<Fp8Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, stream);
+        return gemv_launch_format<Fp8Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, pf, stream);
     }
     if (L.K % kInt4Group != 0) die("gemv: int4 needs K %% 128 == 0, got %d", L.K);
-    gemv_launch_format<Int4Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, stream);
+    gemv_launch_format<Int4Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, pf, stream);
 }
 
 inline void gemv(const Linear& L, const bf16* x, float* y, cudaStream_t s) {
     gemv_launch<GemvInput::BF16, GemvOutput::STORE_F32>(L, x, nullptr, 0.f, y, nullptr, s);
 }
-inline void gemv_add(const Linear& L, const bf16* x, float* y, cudaStream_t s) {
-    gemv_launch<GemvInput::BF16, GemvOutput::ADD_F32>(L, x, nullptr, 0.f, y, nullptr, s);
+inline void gemv_add(const Linear& L, const bf16* x, float* y, cudaStream_t s, L2Prefetch pf = {}) {
+    gemv_launch<GemvInput::BF16, GemvOutput::ADD_F32>(L, x, nullptr, 0.f, y, nullptr, s, pf);
 }
 inline void gemv_rmsnorm(const Linear& L, const float* x, const bf16* norm_w, float eps, float* y, cudaStream_t s) {
     gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::STORE_F32>(L, x, norm_w, eps, y, nullptr, s);
 }
-inline void gemv_rmsnorm_swiglu(const Linear& L, const float* x, const bf16* norm_w, float eps, bf16* h, cudaStream_t s) {
-    gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::SWIGLU_BF16>(L, x, norm_w, eps, nullptr, h, s);
+inline void gemv_rmsnorm_swiglu(const Linear& L, const float* x, const bf16* norm_w, float eps, bf16* h, cudaStream_t s,
+                                L2Prefetch pf = {}) {
+    gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::SWIGLU_BF16>(L, x, norm_w, eps, nullptr, h, s, pf);
 }
 
 }  // namespace monocu

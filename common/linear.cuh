@@ -7,6 +7,7 @@
 //   linear_rmsnorm_swiglu(L.gate_up, x, norm_w, eps, h, T, sc, stream); // h = silu(gate) * up of rmsnorm(x)
 //   linear_add(L.o, att, x, T, sc, stream);                             // x += W att
 //   linear(L.lm_head, xb, logits, T, sc, stream);                       // logits = W xb
+//   linear_add(..., stream, l2_ahead(L.next, after_wait));              // decode: also warm L2 (gemv.cuh)
 //
 // Decode (T == 1) runs our GEMV (gemv.cuh) in the weights' own format, with the RMSNorm fused into its
 // input staging and the SwiGLU into its epilogue: 4 matmul launches per layer. Prefill (T > 1) normalises
@@ -43,8 +44,8 @@ inline void linear(const Linear& L, const bf16* x, float* y, int T, LinearScratc
     gemm_bf16(*sc.gemm, x, prefill_weights(L, sc, s), y, T, L.N, L.K, false, s);
 }
 
-inline void linear_add(const Linear& L, const bf16* x, float* y, int T, LinearScratch& sc, cudaStream_t s) {
-    if (T == 1) return gemv_add(L, x, y, s);
+inline void linear_add(const Linear& L, const bf16* x, float* y, int T, LinearScratch& sc, cudaStream_t s, L2Prefetch pf = {}) {
+    if (T == 1) return gemv_add(L, x, y, s, pf);
     gemm_bf16(*sc.gemm, x, prefill_weights(L, sc, s), y, T, L.N, L.K, true, s);
 }
 
@@ -57,8 +58,8 @@ inline void linear_rmsnorm(const Linear& L, const float* x, const bf16* norm_w, 
 
 // L holds gate_proj and up_proj interleaved by rows (2i = gate_i, 2i+1 = up_i); h is bf16 [T][N / 2].
 inline void linear_rmsnorm_swiglu(const Linear& L, const float* x, const bf16* norm_w, float eps, bf16* h, int T,
-                                  LinearScratch& sc, cudaStream_t s) {
-    if (T == 1) return gemv_rmsnorm_swiglu(L, x, norm_w, eps, h, s);
+                                  LinearScratch& sc, cudaStream_t s, L2Prefetch pf = {}) {
+    if (T == 1) return gemv_rmsnorm_swiglu(L, x, norm_w, eps, h, s, pf);
     rmsnorm(x, norm_w, sc.xb, T, L.K, eps, s);
     gemm_bf16(*sc.gemm, sc.xb, prefill_weights(L, sc, s), sc.f, T, L.N, L.K, false, s);
     swiglu_interleaved(sc.f, h, T, L.N / 2, s);

@@ -42,12 +42,7 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
-inline bool device_supports_pdl() {
-    int dev = 0, major = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    return major >= 9;
-}
+inline bool device_supports_pdl() { return compute_capability_major() >= 9; }
 
 // Whether launch() asks for overlap; set it before the first launch (and before any graph capture).
 inline bool& pdl_enabled() {

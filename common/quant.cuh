@@ -30,11 +30,15 @@ struct Linear {
     void* w = nullptr;           // BF16: bf16 [N][K]; FP8: e4m3 [N][K]; INT4: bytes [N][K / 2]
     void* scale = nullptr;       // FP8: float [N][K / kblock]; INT4: bf16 [N][K / 128]
     int kblock = 0;              // FP8: weights along K sharing one scale (128; K when K % 128 != 0)
-    size_t bytes() const {       // what one GEMV reads
+    size_t weight_bytes() const {  // w alone
         size_t n = (size_t)N, k = (size_t)K;
-        if (fmt == WFormat::BF16) return n * k * 2;
-        if (fmt == WFormat::FP8) return n * k + n * (k / kblock) * 4;
-        return n * k / 2 + n * (k / kInt4Group) * 2;
+        return fmt == WFormat::BF16 ? n * k * 2 : fmt == WFormat::FP8 ? n * k : n * k / 2;
+    }
+    size_t bytes() const {  // what one GEMV reads: w and the scales
+        size_t n = (size_t)N, k = (size_t)K;
+        if (fmt == WFormat::BF16) return weight_bytes();
+        if (fmt == WFormat::FP8) return weight_bytes() + n * (k / kblock) * 4;
+        return weight_bytes() + n * (k / kInt4Group) * 2;
     }
 };
 

@@ -236,9 +236,11 @@ static void forward(const Config& c, const Weights& w, State& s, const int* ids,
             prefill_attention(s.q, s.kv.type, kv, s.d_pos, s.att, T, c.n_heads, c.n_kv, c.head_dim, c.ctx, st);
         }
         // x = x + o_proj(a)
-        linear_add(L.o, s.att, s.x, T, sc, st);
+        // (in decode, o_proj and gate_up also warm L2 with the next projection's first weights: gemv.cuh,
+        // l2_ahead; o_proj only after its wait, as its blocks sit beside the attention kernel)
+        linear_add(L.o, s.att, s.x, T, sc, st, l2_ahead(L.gate_up, true));
         // h = silu(gate_proj(m)) * up_proj(m)  with m = post_attention_layernorm(x)
-        linear_rmsnorm_swiglu(L.gate_up, s.x, L.mlp_norm, c.eps, s.h, T, sc, st);
+        linear_rmsnorm_swiglu(L.gate_up, s.x, L.mlp_norm, c.eps, s.h, T, sc, st, l2_ahead(L.down, false));
         // x = x + down_proj(h)
         linear_add(L.down, s.h, s.x, T, sc, st);
         if (taps.on()) taps.f32(strf("layer_%02d", l), s.x, T, c.dim, st);

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 
@@ -263,6 +264,42 @@ TEST_CASE("gemv: plain, residual add, fused rmsnorm, fused rmsnorm + swiglu, odd
         }
     }
     gemv_forced_layout() = GemvLayout{0, 0, 0};
+}
+
+TEST_CASE("gemv with an L2 prefetch of another buffer: the same bits, before or after the wait, any size") {
+    Rng r(15);
+    const int N = 4097, K = 2560;
+    auto W = random_bf16_values((size_t)N * K, r);
+    auto xb = random_bf16_values(K, r);
+    DeviceVec<bf16> d_W(to_bf16(W)), d_xb(to_bf16(xb));
+    DeviceVec<float> d_plain(N), d_y(N);
+    Linear L;
+    L.N = N, L.K = K, L.w = d_W.p;
+    gemv(L, d_xb.p, d_plain.p, 0);
+    auto plain = d_plain.download();
+    CHECK_CLOSE(compare(plain, matmul_ref(W, xb, 1, N, K)), 1e-5);
+    DeviceVec<uint8_t> other((size_t)(9u << 20) + 13);  // larger than kL2AheadBytes, and not a multiple of 16
+    Linear next;
+    next.N = 1, next.K = (int)other.n, next.fmt = WFormat::FP8, next.w = other.p;  // weight_bytes() = other.n
+    for (size_t bytes : {(size_t)1, (size_t)4099, other.n})
+        for (bool after_wait : {false, true}) {
+            CAPTURE(bytes);
+            CAPTURE(after_wait);
+            auto y0 = random_floats(N, r);
+            DeviceVec<float> d_ref(y0);
+            d_y.upload(y0);
+            gemv_add(L, d_xb.p, d_y.p, 0, L2Prefetch{other.p, bytes, after_wait});
+            gemv_add(L, d_xb.p, d_ref.p, 0);
+            auto y = d_y.download(), ref = d_ref.download();
+            CHECK(std::memcmp(y.data(), ref.data(), N * sizeof(float)) == 0);
+            CHECK(y[7] != y0[7]);  // the add happened
+        }
+    L2Prefetch ahead = l2_ahead(next, true);  // capped at kL2AheadBytes of the weights
+    CHECK(ahead.p == other.p);
+    CHECK(ahead.bytes == kL2AheadBytes);
+    CHECK(ahead.after_wait);
+    next.N = 1, next.K = 1000, next.fmt = WFormat::BF16;
+    CHECK(l2_ahead(next, false).bytes == 2000);
 }
 
 TEST_CASE("gemm (cuBLAS, bf16 in, fp32 out): store and accumulate") {
