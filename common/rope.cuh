@@ -9,6 +9,9 @@
 //     q_norm_w, k_norm_w  bf16 [head_dim], or nullptr for families without q/k norm
 //     q        bf16 [T][n_heads][head_dim]                (normed, rotated)
 //     kv       this layer's cache (kv_cache.cuh), bf16 or FP8; rows pos..pos+T-1 written
+//   qk_norm_rope_cache(..., eps, stream, fresh, fresh_rows);   // also k and v in bf16 into fresh (a bf16 KvLayer
+//                      of fresh_rows rows per head), rows 0..T-1: the chunk's keys as computed, before an FP8
+//                      cache rounds them (the engine's first prefill chunk attends to these)
 //
 // RoPE as transformers applies it (rotate_half, not interleaved pairs): for i < d/2, with angle
 // a = pos * inv_freq[i] and inv_freq[i] = theta^(-2i/d),
@@ -125,7 +128,7 @@ template <KvType KV, int HD>
 __global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, const int* __restrict__ d_pos,
                                           const bf16* __restrict__ q_norm_w, const bf16* __restrict__ k_norm_w,
                                           const float2* __restrict__ rope, bf16* __restrict__ q_out, KvLayer kv, int nh,
-                                          int nkv, int ctx, float eps) {
+                                          int nkv, int ctx, float eps, KvLayer fresh, int fresh_rows) {
     constexpr int LPK = HD / 8, heads_per_warp = 32 / LPK;
     pdl_launch_dependents();
     pdl_wait();
@@ -142,31 +145,34 @@ __global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, const i
     if (head >= n_all) return;
     if (is_q) {
         *reinterpret_cast<uint4*>(q_out + ((size_t)t * nh + h) * HD + dl * 8) = float8_to_bf16x8(x);
-    } else if (is_v) {
-        kv_put_8<KV, LPK>(kv.v, kv.v_scale, (size_t)(h - nh - nkv) * ctx + pos, dl, packed, scale);
-    } else {
-        kv_put_8<KV, LPK>(kv.k, kv.k_scale, (size_t)(h - nh) * ctx + pos, dl, packed, scale);
+        return;
     }
+    const int kvh = is_v ? h - nh - nkv : h - nh;
+    kv_put_8<KV, LPK>(is_v ? kv.v : kv.k, is_v ? kv.v_scale : kv.k_scale, (size_t)kvh * ctx + pos, dl, packed, scale);
+    if (fresh.k) kv_put_8<KvType::BF16, LPK>(is_v ? fresh.v : fresh.k, nullptr, (size_t)kvh * fresh_rows + t, dl, float8_to_bf16x8(x), 1.f);
 }
 
 template <int HD>
 inline void qk_norm_rope_cache_launch(const float* qkv, int T, const int* d_pos, const bf16* q_norm_w, const bf16* k_norm_w,
                                       const RopeTable& rope, bf16* q_out, KvType kv_type, const KvLayer& kv, int nh, int nkv, int ctx,
-                                      float eps, cudaStream_t stream) {
+                                      float eps, const KvLayer& fresh, int fresh_rows, cudaStream_t stream) {
     constexpr int kWarps = 8, heads_per_block = kWarps * 32 / (HD / 8);
     dim3 grid(CEIL_DIV(nh + 2 * nkv, heads_per_block), T);
     auto kernel = kv_type == KvType::BF16 ? qk_norm_rope_cache_kernel<KvType::BF16, HD> : qk_norm_rope_cache_kernel<KvType::FP8, HD>;
-    launch(kernel, grid, kWarps * 32, 0, stream, qkv, d_pos, q_norm_w, k_norm_w, rope.cos_sin, q_out, kv, nh, nkv, ctx, eps);
+    launch(kernel, grid, kWarps * 32, 0, stream, qkv, d_pos, q_norm_w, k_norm_w, rope.cos_sin, q_out, kv, nh, nkv, ctx, eps, fresh, fresh_rows);
 }
 
 inline void qk_norm_rope_cache(const float* qkv, int T, const int* d_pos, const bf16* q_norm_w, const bf16* k_norm_w,
                                const RopeTable& rope, bf16* q_out, KvType kv_type, const KvLayer& kv, int nh, int nkv, int hd,
-                               int ctx, float eps, cudaStream_t stream) {
+                               int ctx, float eps, cudaStream_t stream, const KvLayer& fresh = KvLayer{}, int fresh_rows = 0) {
     if (hd != 64 && hd != 128) die("qk_norm_rope_cache: head_dim %d is not supported (64, 128)", hd);
     if (rope.half != hd / 2 || rope.max_pos < ctx) die("qk_norm_rope_cache: rope table does not match head_dim/context");
+    if (fresh.k && T > fresh_rows) die("qk_norm_rope_cache: %d tokens do not fit the %d rows of the bf16 copy", T, fresh_rows);
     if (T <= 0) return;
-    if (hd == 64) qk_norm_rope_cache_launch<64>(qkv, T, d_pos, q_norm_w, k_norm_w, rope, q_out, kv_type, kv, nh, nkv, ctx, eps, stream);
-    else qk_norm_rope_cache_launch<128>(qkv, T, d_pos, q_norm_w, k_norm_w, rope, q_out, kv_type, kv, nh, nkv, ctx, eps, stream);
+    if (hd == 64)
+        qk_norm_rope_cache_launch<64>(qkv, T, d_pos, q_norm_w, k_norm_w, rope, q_out, kv_type, kv, nh, nkv, ctx, eps, fresh, fresh_rows, stream);
+    else
+        qk_norm_rope_cache_launch<128>(qkv, T, d_pos, q_norm_w, k_norm_w, rope, q_out, kv_type, kv, nh, nkv, ctx, eps, fresh, fresh_rows, stream);
 }
 
 }  // namespace monocu

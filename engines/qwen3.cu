@@ -176,6 +176,7 @@ struct State {
     float* logits;     // [1 or chunk][vocab]   every prompt row only when dumping
     float* last_logits;  // the last token's row of logits: what the sampler reads
     KvCache kv;        // [n_layers][n_kv][ctx][head_dim], bf16 or FP8 (kv_cache.cuh)
+    KvLayer fresh;     // FP8 cache only: bf16 [n_kv][chunk][head_dim] keys and values of a first prefill chunk
     bf16* wb;          // [largest quantized projection] its bf16 copy during prefill
     size_t wb_elems;
     int* d_ids;        // [chunk] prompt token ids of the current pass
@@ -200,6 +201,10 @@ static void alloc_state(State& s, const Config& c, const Weights& w, KvType kv_t
     s.gu = mem.alloc<float>(T * 2 * c.ffn, "activations");
     s.logits = mem.alloc<float>((size_t)logit_rows * c.vocab, "activations");
     s.kv = kv_cache_create(kv_type, c.n_layers, c.n_kv, c.ctx, c.head_dim, mem);
+    if (kv_type == KvType::FP8) {
+        s.fresh.k = mem.alloc<bf16>(T * c.kv_dim, "activations");
+        s.fresh.v = mem.alloc<bf16>(T * c.kv_dim, "activations");
+    }
     s.wb_elems = dequant_scratch_elems(w, dumping);
     s.wb = s.wb_elems ? mem.alloc<bf16>(s.wb_elems, "workspace") : nullptr;
     s.d_ids = mem.alloc<int>(T, "activations");
@@ -213,9 +218,25 @@ static void alloc_state(State& s, const Config& c, const Weights& w, KvType kv_t
 
 static __global__ void advance_pos_kernel(int* pos, int n) { *pos += n; }
 
+// The keys and values a prefill chunk's attention reads. The cache, except that with an FP8 cache a chunk at
+// position 0 (a whole prompt of up to kPrefillChunk tokens) reads its own keys and values in bf16, as computed,
+// from s.fresh, which the q/k norm kernel fills beside the cache: as transformers attends over a prompt (the
+// cache's rounding then only affects decode), and the FP8 cache's per-tile conversion leaves the prefill
+// attention (kb/status.md). Later chunks need earlier positions, which only the cache holds.
+struct PrefillKv {
+    KvType type;
+    KvLayer layer;
+    int rows;  // per KV head
+};
+static PrefillKv prefill_kv(const Config& c, const State& s, int l, bool chunk_at_zero) {
+    if (s.kv.type == KvType::FP8 && chunk_at_zero) return PrefillKv{KvType::BF16, s.fresh, kPrefillChunk};
+    return PrefillKv{s.kv.type, s.kv.layer(l), c.ctx};
+}
+
 // Runs T tokens (ids on the device) at positions *s.d_pos .. + T - 1 through the model, filling the KV
 // cache, and leaves the last token's logits at s.last_logits (all T rows in s.logits when taps are on).
-static void forward(const Config& c, const Weights& w, State& s, const int* ids, int T, const Taps& taps, cudaStream_t st) {
+static void forward(const Config& c, const Weights& w, State& s, const int* ids, int T, bool chunk_at_zero, const Taps& taps,
+                    cudaStream_t st) {
     LinearScratch sc = s.scratch();
     // x = embed_tokens(ids)
     embedding(w.embed, ids, s.x, T, c.dim, c.vocab, st);
@@ -231,9 +252,10 @@ static void forward(const Config& c, const Weights& w, State& s, const int* ids,
             DecodeQkv in{s.qkv, L.q_norm, L.k_norm, s.rope.cos_sin, c.eps};
             flash_decode_fused(s.fd, in, s.kv.type, kv, s.d_pos, s.att, st);
         } else {
+            PrefillKv pk = prefill_kv(c, s, l, chunk_at_zero);
             qk_norm_rope_cache(s.qkv, T, s.d_pos, L.q_norm, L.k_norm, s.rope, s.q, s.kv.type, kv, c.n_heads, c.n_kv, c.head_dim,
-                               c.ctx, c.eps, st);
-            prefill_attention(s.q, s.kv.type, kv, s.d_pos, s.att, T, c.n_heads, c.n_kv, c.head_dim, c.ctx, st);
+                               c.ctx, c.eps, st, s.kv.type == pk.type ? KvLayer{} : pk.layer, pk.rows);
+            prefill_attention(s.q, pk.type, pk.layer, s.d_pos, s.att, T, c.n_heads, c.n_kv, c.head_dim, pk.rows, st);
         }
         // x = x + o_proj(a)
         // (in decode, o_proj and gate_up also warm L2 with the next projection's first weights: gemv.cuh,
@@ -269,7 +291,7 @@ static void prefill(const Config& c, const Weights& w, State& s, const std::vect
         int T = (int)std::min<size_t>(kPrefillChunk, ids.size() - at);
         CUDA_CHECK(cudaMemcpyAsync(s.d_ids, ids.data() + at, T * sizeof(int), cudaMemcpyHostToDevice, st));
         set_pos(s, (int)at, st);
-        forward(c, w, s, s.d_ids, T, taps, st);
+        forward(c, w, s, s.d_ids, T, at == 0, taps, st);
         sampler_mark_seen(s.sampler, s.d_ids, T, st);
     }
     set_pos(s, (int)ids.size(), st);
@@ -278,7 +300,7 @@ static void prefill(const Config& c, const Weights& w, State& s, const std::vect
 // One decode step: the token the sampler chose goes in, the next token comes out in *sampler.d_token.
 // Everything reads its position from the device, so the step can be captured once as a CUDA graph.
 static void decode_step(const Config& c, const Weights& w, State& s, const SamplingParams& sp, cudaStream_t st) {
-    forward(c, w, s, s.sampler.d_token, 1, Taps(), st);
+    forward(c, w, s, s.sampler.d_token, 1, false, Taps(), st);
     sample(s.sampler, sp, s.last_logits, st);
     advance_pos_kernel<<<1, 1, 0, st>>>(s.d_pos, 1);
     LAUNCH_CHECK();
@@ -552,11 +574,13 @@ static void print_prefill_breakdown(const Config& c, const Weights& w, State& s,
          }},
         gemm_op("qkv", &Layer::qkv, sc.xb, s.qkv, false),
         {"q/k norm + rope + cache", 0, [&](int l) {
+             PrefillKv pk = prefill_kv(c, s, l, true);
              qk_norm_rope_cache(s.qkv, T, s.d_pos, w.layers[l].q_norm, w.layers[l].k_norm, s.rope, s.q, s.kv.type, s.kv.layer(l), c.n_heads,
-                                c.n_kv, c.head_dim, c.ctx, c.eps, st);
+                                c.n_kv, c.head_dim, c.ctx, c.eps, st, s.kv.type == pk.type ? KvLayer{} : pk.layer, pk.rows);
          }},
         {"attention", 4.0 * T * T / 2 * c.q_dim, [&](int l) {
-             prefill_attention(s.q, s.kv.type, s.kv.layer(l), s.d_pos, s.att, T, c.n_heads, c.n_kv, c.head_dim, c.ctx, st);
+             PrefillKv pk = prefill_kv(c, s, l, true);
+             prefill_attention(s.q, pk.type, pk.layer, s.d_pos, s.att, T, c.n_heads, c.n_kv, c.head_dim, pk.rows, st);
          }},
         gemm_op("o", &Layer::o, s.att, s.x, true),
         gemm_op("gate_up", &Layer::gate_up, sc.xb, sc.f, false),

@@ -200,6 +200,48 @@ TEST_CASE("qk_norm_rope_cache: per-head RMSNorm, rotate-half RoPE, cache rows at
         }
 }
 
+TEST_CASE("qk_norm_rope_cache with a bf16 copy beside an FP8 cache: the copy holds exactly what a bf16 cache would") {
+    Rng r(14);
+    for (int hd : {64, 128}) {
+        CAPTURE(hd);
+        int T = 5, pos0 = 0, nh = 8, nkv = 2, ctx = 16, fresh_rows = 8, row = (nh + 2 * nkv) * hd;
+        RopeConfig rc;
+        rc.theta = 10000;
+        GpuMemory mem;
+        RopeTable rope = make_rope_table(rc, hd, ctx, mem, 0);
+        KvCache bf = kv_cache_create(KvType::BF16, 1, nkv, ctx, hd, mem), f8 = kv_cache_create(KvType::FP8, 1, nkv, ctx, hd, mem);
+        DeviceVec<float> d_qkv(random_floats((size_t)T * row, r, 2.f));
+        DeviceVec<bf16> d_qn(to_bf16(random_bf16_values(hd, r))), d_kn(to_bf16(random_bf16_values(hd, r)));
+        DeviceVec<bf16> d_q((size_t)T * nh * hd), fresh_k((size_t)nkv * fresh_rows * hd), fresh_v((size_t)nkv * fresh_rows * hd);
+        DeviceVec<int> d_pos(std::vector<int>{pos0});
+        qk_norm_rope_cache(d_qkv.p, T, d_pos.p, d_qn.p, d_kn.p, rope, d_q.p, KvType::BF16, bf.layer(0), nh, nkv, hd, ctx, 1e-6f, 0);
+        KvLayer fresh;
+        fresh.k = fresh_k.p, fresh.v = fresh_v.p;
+        qk_norm_rope_cache(d_qkv.p, T, d_pos.p, d_qn.p, d_kn.p, rope, d_q.p, KvType::FP8, f8.layer(0), nh, nkv, hd, ctx, 1e-6f, 0, fresh,
+                           fresh_rows);
+        auto got_k = fresh_k.download(), got_v = fresh_v.download();
+        std::vector<bf16> want_k((size_t)nkv * ctx * hd), want_v(want_k.size());
+        CUDA_CHECK(cudaMemcpy(want_k.data(), bf.k, want_k.size() * 2, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(want_v.data(), bf.v, want_v.size() * 2, cudaMemcpyDeviceToHost));
+        size_t same = 0, poisoned = 0;
+        for (int h = 0; h < nkv; h++)
+            for (int t = 0; t < fresh_rows; t++) {
+                const bf16* gk = &got_k[((size_t)h * fresh_rows + t) * hd];
+                const bf16* gv = &got_v[((size_t)h * fresh_rows + t) * hd];
+                if (t < T)
+                    same += std::memcmp(gk, &want_k[((size_t)h * ctx + pos0 + t) * hd], hd * 2) == 0 &&
+                            std::memcmp(gv, &want_v[((size_t)h * ctx + pos0 + t) * hd], hd * 2) == 0;
+                else
+                    poisoned += reinterpret_cast<const uint16_t*>(gk)[0] == 0xFFFF && reinterpret_cast<const uint16_t*>(gv)[0] == 0xFFFF;
+            }
+        CHECK(same == (size_t)nkv * T);
+        CHECK(poisoned == (size_t)nkv * (fresh_rows - T));
+        CHECK_THROWS_AS(qk_norm_rope_cache(d_qkv.p, T, d_pos.p, d_qn.p, d_kn.p, rope, d_q.p, KvType::FP8, f8.layer(0), nh, nkv, hd, ctx,
+                                           1e-6f, 0, fresh, T - 1),
+                        UserError);
+    }
+}
+
 // ---- matmuls ----
 
 static std::vector<double> matmul_ref(const std::vector<float>& W, const std::vector<float>& x, int T, int N, int K) {
