@@ -52,6 +52,7 @@ struct Options {
     std::string timeline_file; // --timeline: with --bench, in a profiling build (make trace): block timestamps
     bool cuda_graphs = true;   // --no-cuda-graphs turns capture of the decode step off
     bool pdl = true;           // --no-pdl: no programmatic dependent launch (kernels do not overlap)
+    bool kv_prefill_cache = false;  // --kv-prefill-cache: a prompt's attention reads the FP8 cache, as decode does
     bool quiet = false, verbose = false, help = false;
 };
 
@@ -76,6 +77,8 @@ inline void print_usage(FILE* out, const char* engine) {
                  "  -s, --seed N           sampling seed (default: from the clock)\n"
                  "      --dtype T          weights on the GPU: bf16 | fp8 | int4 (default bf16)\n"
                  "      --kv-type T        KV cache: bf16 | fp8 (default bf16)\n"
+                 "      --kv-prefill-cache with --kv-type fp8: the prompt attends through the FP8 cache, as decode\n"
+                 "                         does, not to its own bf16 keys (to measure what the cache's rounding costs)\n"
                  "      --dump-dir DIR     write float32 .npy activations for the prompt positions (oracle taps)\n"
                  "      --bench            benchmark: --n-prompt random tokens, then -n decoded (default 128)\n"
                  "      --n-prompt N[,N..] prompt length(s) for --bench (default 512), e.g. 512,4096,16384\n"
@@ -177,6 +180,7 @@ inline Options parse_cli(int argc, char** argv) {
         else if (a == "--timeline") o.timeline_file = value();
         else if (a == "--no-cuda-graphs") o.cuda_graphs = false;
         else if (a == "--no-pdl") o.pdl = false;
+        else if (a == "--kv-prefill-cache") o.kv_prefill_cache = true;
         else if (a == "-q" || a == "--quiet") o.quiet = true;
         else if (a == "-v" || a == "--verbose") o.verbose = true;
         else die_usage("unknown flag '%s'", a.c_str());

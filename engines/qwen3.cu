@@ -176,7 +176,8 @@ struct State {
     float* logits;     // [1 or chunk][vocab]   every prompt row only when dumping
     float* last_logits;  // the last token's row of logits: what the sampler reads
     KvCache kv;        // [n_layers][n_kv][ctx][head_dim], bf16 or FP8 (kv_cache.cuh)
-    KvLayer fresh;     // FP8 cache only: bf16 [n_kv][chunk][head_dim] keys and values of a first prefill chunk
+    KvLayer fresh;     // FP8 cache: bf16 [n_kv][chunk][head_dim] keys and values of a first prefill chunk (or none:
+                       // --kv-prefill-cache)
     bf16* wb;          // [largest quantized projection] its bf16 copy during prefill
     size_t wb_elems;
     int* d_ids;        // [chunk] prompt token ids of the current pass
@@ -188,7 +189,7 @@ struct State {
     LinearScratch scratch() { return LinearScratch{&gemm, xb, gu, wb, wb_elems}; }
 };
 
-static void alloc_state(State& s, const Config& c, const Weights& w, KvType kv_type, bool dumping, GpuMemory& mem,
+static void alloc_state(State& s, const Config& c, const Weights& w, KvType kv_type, bool prefill_via_cache, bool dumping, GpuMemory& mem,
                         cudaStream_t stream) {
     size_t T = kPrefillChunk;
     int logit_rows = dumping ? kPrefillChunk : 1;
@@ -201,7 +202,7 @@ static void alloc_state(State& s, const Config& c, const Weights& w, KvType kv_t
     s.gu = mem.alloc<float>(T * 2 * c.ffn, "activations");
     s.logits = mem.alloc<float>((size_t)logit_rows * c.vocab, "activations");
     s.kv = kv_cache_create(kv_type, c.n_layers, c.n_kv, c.ctx, c.head_dim, mem);
-    if (kv_type == KvType::FP8) {
+    if (kv_type == KvType::FP8 && !prefill_via_cache) {
         s.fresh.k = mem.alloc<bf16>(T * c.kv_dim, "activations");
         s.fresh.v = mem.alloc<bf16>(T * c.kv_dim, "activations");
     }
@@ -222,14 +223,15 @@ static __global__ void advance_pos_kernel(int* pos, int n) { *pos += n; }
 // position 0 (a whole prompt of up to kPrefillChunk tokens) reads its own keys and values in bf16, as computed,
 // from s.fresh, which the q/k norm kernel fills beside the cache: as transformers attends over a prompt (the
 // cache's rounding then only affects decode), and the FP8 cache's per-tile conversion leaves the prefill
-// attention (kb/status.md). Later chunks need earlier positions, which only the cache holds.
+// attention (kb/status.md). Later chunks need earlier positions, which only the cache holds; so does
+// --kv-prefill-cache (no s.fresh), which oracle/quant_eval.py uses to measure the cache's rounding.
 struct PrefillKv {
     KvType type;
     KvLayer layer;
     int rows;  // per KV head
 };
 static PrefillKv prefill_kv(const Config& c, const State& s, int l, bool chunk_at_zero) {
-    if (s.kv.type == KvType::FP8 && chunk_at_zero) return PrefillKv{KvType::BF16, s.fresh, kPrefillChunk};
+    if (s.fresh.k && chunk_at_zero) return PrefillKv{KvType::BF16, s.fresh, kPrefillChunk};
     return PrefillKv{s.kv.type, s.kv.layer(l), c.ctx};
 }
 
@@ -694,7 +696,7 @@ int main(int argc, char** argv) {
         WFormat fmt = weight_format(o, ck);
         Weights w = load_weights(ck, c, fmt, mem, st);
         State s;
-        alloc_state(s, c, w, o.kv_type == "fp8" ? KvType::FP8 : KvType::BF16, !o.dump_dir.empty(), mem, st);
+        alloc_state(s, c, w, o.kv_type == "fp8" ? KvType::FP8 : KvType::BF16, o.kv_prefill_cache, !o.dump_dir.empty(), mem, st);
         CUDA_CHECK(cudaStreamSynchronize(st));
         Timings tm;
         tm.load_ms = wall_ms() - t_start;

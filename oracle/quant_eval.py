@@ -8,7 +8,9 @@ Held-out text: the files train_tiny.py held out of training (sha1 of the path mo
 the model's tokenizer; --windows windows of --seq tokens evenly spaced over it (>= 1k positions in all). For each
 variant the engine runs every window with --dump-dir and the script reports, against engine bf16:
 teacher-forced top-1 agreement, held-out perplexity and its increase, and the rel-L2 error of each tap.
-Variants: fp8 and int4 quantized on load, bf16 weights with the FP8 KV cache, fp8 + FP8 KV, the Qwen FP8
+Variants: fp8 and int4 quantized on load, bf16 weights with the FP8 KV cache, fp8 + FP8 KV (both with
+--kv-prefill-cache: the prompt attends through the cache, as decode does; by default the engine's prompt
+attends to its own bf16 keys, which would leave the cache's rounding unmeasured), the Qwen FP8
 layout (oracle/make_fp8_checkpoint.py), and with --quantize the tools/quantize checkpoints, whose logits
 must equal quantize-on-load's bit for bit.
 """
@@ -62,8 +64,8 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     wins, n_heldout = heldout_windows(a.model, a.windows, a.seq)
     variants = {"bf16": (a.model, ["--dtype", "bf16"]), "fp8": (a.model, ["--dtype", "fp8"]),
-                "int4": (a.model, ["--dtype", "int4"]), "bf16+kv8": (a.model, ["--dtype", "bf16", "--kv-type", "fp8"]),
-                "fp8+kv8": (a.model, ["--dtype", "fp8", "--kv-type", "fp8"])}
+                "int4": (a.model, ["--dtype", "int4"]), "bf16+kv8": (a.model, ["--dtype", "bf16", "--kv-type", "fp8", "--kv-prefill-cache"]),
+                "fp8+kv8": (a.model, ["--dtype", "fp8", "--kv-type", "fp8", "--kv-prefill-cache"])}
     if a.fp8_layout:
         variants["qwen-fp8-layout"] = (a.fp8_layout, [])
     if a.quantize:

@@ -43,14 +43,16 @@ TEST_CASE("llama.cpp flag names, short and long") {
     CHECK(o.trace_file == "t.csv");
     CHECK(o.verbose);
     Options l = parse({"--model", "d", "--file", "f.txt", "--n-predict", "-1", "--ctx-size", "8", "--seed", "0",
-                       "--bench", "--n-prompt", "64", "--no-cuda-graphs", "--no-pdl", "-q"});
+                       "--bench", "--n-prompt", "64", "--no-cuda-graphs", "--no-pdl", "--kv-prefill-cache", "-q"});
     CHECK(l.prompt_file == "f.txt");
     CHECK(l.n_predict == -1);
     CHECK(l.bench);
     CHECK(l.n_prompt == std::vector<int>{64});
     CHECK_FALSE(l.cuda_graphs);
     CHECK_FALSE(l.pdl);
+    CHECK(l.kv_prefill_cache);
     CHECK(parse({"-m", "d", "--bench"}).pdl);
+    CHECK_FALSE(parse({"-m", "d", "--bench"}).kv_prefill_cache);
     CHECK(l.quiet);
     CHECK_FALSE(l.temp_set);
     CHECK(parse({"-h"}).help);
