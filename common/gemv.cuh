@@ -74,11 +74,12 @@ struct L2Prefetch {
 // kernels (a GEMV's last blocks, the wait for x, the attention); weights fetched into L2 there are read
 // from L2 by the next projection. Measured in the engine's step (kb/status.md, fifth session): o_proj
 // fetching 8 MB of gate_up after its wait, and gate_up 8 MB of down_proj at its start, raised 4B fp8 from
-// 442 to ~460 tok/s and 8B fp8 from 276 to 281 (bf16 +0.5%); fetching gate_up from o_proj's early start
-// instead slowed the attention kernel beside it (10.5 -> 13.5 us per layer), and 16 MB or more was slower
-// than 8. (50 MB of L2 on the H100 and H200.)
+// 442 to ~460 tok/s and 8B fp8 from 276 to 281 (bf16 +0.5%) on the H100, within noise on the H200 and for
+// Qwen3-0.6B; fetching gate_up from o_proj's early start instead slowed the attention kernel beside it (10.5
+// -> 13.5 us per layer), and 16 MB or more was slower than 8. (50 MB of L2 on the H100 and H200.)
 constexpr size_t kL2AheadBytes = 8u << 20;
 inline L2Prefetch l2_ahead(const Linear& next, bool after_wait) {
+    if (reinterpret_cast<uintptr_t>(next.w) % 16 != 0) return {};  // the bulk prefetch needs 16-byte alignment
     return L2Prefetch{next.w, std::min(kL2AheadBytes, next.weight_bytes()), after_wait};
 }
 
@@ -219,9 +220,10 @@ __device__ __forceinline__ float row_scale(const Linear& L, int row) {
     return 1.f;
 }
 
-// Stages x[k0, k0 + n) in shared memory in the form F's dot reads (whole block; ends with a barrier).
-// Each thread issues all its copies at once (cp.async through L1, where the SM's earlier blocks left x) and
-// waits once. Loads into registers instead queued behind the block's own weight loads, one round trip per
+// Stages x[k0, k0 + n) in shared memory in the form F's dot reads, in two calls by the whole block:
+// gemv_stage_x_issue starts the copies, gemv_stage_x_finish waits for them, converts and ends with a barrier
+// (the kernel issues its L2 warm-up in between). Each thread issues all its copies at once (cp.async through
+// L1, where the SM's earlier blocks left x) and waits once. Loads into registers instead queued behind the block's own weight loads, one round trip per
 // 2,048 elements (a decode-step timeline, oracle/trace_report.py: 2-3.6 us per block for the fused RMSNorm
 // of 4B's qkv and gate_up); copies that skip L1 (cp.async.cg) were slower still (kb/status.md).
 //   BF16 input: copied as is; formats that stage fp16 then convert each chunk in place (the thread that

@@ -342,6 +342,8 @@ TEST_CASE("gemv with an L2 prefetch of another buffer: the same bits, before or 
     CHECK(ahead.after_wait);
     next.N = 1, next.K = 1000, next.fmt = WFormat::BF16;
     CHECK(l2_ahead(next, false).bytes == 2000);
+    next.w = other.p + 8;  // not 16-byte aligned: no prefetch
+    CHECK(l2_ahead(next, false).bytes == 0);
 }
 
 TEST_CASE("gemm (cuBLAS, bf16 in, fp32 out): store and accumulate") {
