@@ -222,17 +222,18 @@ static __global__ void advance_pos_kernel(int* pos, int n) { *pos += n; }
 // The keys and values a prefill chunk's attention reads. The cache, except that with an FP8 cache a chunk at
 // position 0 (a whole prompt of up to kPrefillChunk tokens) reads its own keys and values in bf16, as computed,
 // from s.fresh, which the q/k norm kernel fills beside the cache: as transformers attends over a prompt (the
-// cache's rounding then only affects decode), and the FP8 cache's per-tile conversion leaves the prefill
-// attention (kb/status.md). Later chunks need earlier positions, which only the cache holds; so does
-// --kv-prefill-cache (no s.fresh), which oracle/quant_eval.py uses to measure the cache's rounding.
+// cache's rounding then only affects decode), and without the per-tile e4m3 conversion (kb/status.md). Later
+// chunks need earlier positions, which only the cache holds; so does --kv-prefill-cache (no s.fresh), which
+// oracle/quant_eval.py uses to measure the cache's rounding.
 struct PrefillKv {
-    KvType type;
+    KvType type;    // what the attention reads
     KvLayer layer;
-    int rows;  // per KV head
+    int rows;       // per KV head
+    KvLayer copy;   // what the q/k norm kernel writes in bf16 besides the cache (s.fresh), or nothing
 };
 static PrefillKv prefill_kv(const Config& c, const State& s, int l, bool chunk_at_zero) {
-    if (s.fresh.k && chunk_at_zero) return PrefillKv{KvType::BF16, s.fresh, kPrefillChunk};
-    return PrefillKv{s.kv.type, s.kv.layer(l), c.ctx};
+    if (s.fresh.k && chunk_at_zero) return PrefillKv{KvType::BF16, s.fresh, kPrefillChunk, s.fresh};
+    return PrefillKv{s.kv.type, s.kv.layer(l), c.ctx, KvLayer{}};
 }
 
 // Runs T tokens (ids on the device) at positions *s.d_pos .. + T - 1 through the model, filling the KV
@@ -256,7 +257,7 @@ static void forward(const Config& c, const Weights& w, State& s, const int* ids,
         } else {
             PrefillKv pk = prefill_kv(c, s, l, chunk_at_zero);
             qk_norm_rope_cache(s.qkv, T, s.d_pos, L.q_norm, L.k_norm, s.rope, s.q, s.kv.type, kv, c.n_heads, c.n_kv, c.head_dim,
-                               c.ctx, c.eps, st, s.kv.type == pk.type ? KvLayer{} : pk.layer, pk.rows);
+                               c.ctx, c.eps, st, pk.copy, pk.rows);
             prefill_attention(s.q, pk.type, pk.layer, s.d_pos, s.att, T, c.n_heads, c.n_kv, c.head_dim, pk.rows, st);
         }
         // x = x + o_proj(a)
@@ -578,7 +579,7 @@ static void print_prefill_breakdown(const Config& c, const Weights& w, State& s,
         {"q/k norm + rope + cache", 0, [&](int l) {
              PrefillKv pk = prefill_kv(c, s, l, true);
              qk_norm_rope_cache(s.qkv, T, s.d_pos, w.layers[l].q_norm, w.layers[l].k_norm, s.rope, s.q, s.kv.type, s.kv.layer(l), c.n_heads,
-                                c.n_kv, c.head_dim, c.ctx, c.eps, st, s.kv.type == pk.type ? KvLayer{} : pk.layer, pk.rows);
+                                c.n_kv, c.head_dim, c.ctx, c.eps, st, pk.copy, pk.rows);
          }},
         {"attention", 4.0 * T * T / 2 * c.q_dim, [&](int l) {
              PrefillKv pk = prefill_kv(c, s, l, true);
