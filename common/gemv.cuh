@@ -231,13 +231,19 @@ __device__ __forceinline__ float row_scale(const Linear& L, int row) {
 //   Fused RMSNorm: all of the fp32 x goes to a second area (the sum of squares needs all of it), the norm
 //     weights of the part to the staged area; then x / rms * w, rounded to bf16 exactly as the prefill
 //     path's rmsnorm kernel rounds it, replaces the weights chunk by chunk.
+struct GemvXArea {
+    bf16* staged;  // n elements: bf16 as copied, then F's form
+    float* raw;    // fused RMSNorm: x[0, K) in fp32
+    int first, step;  // this thread's chunks of 8 elements: first, first + step, ...
+};
+__device__ __forceinline__ GemvXArea gemv_x_area(unsigned char* smem, int n) {
+    return GemvXArea{reinterpret_cast<bf16*>(smem), reinterpret_cast<float*>(smem + (size_t)n * 2), (int)threadIdx.x * 8, (int)blockDim.x * 8};
+}
+
 template <class F, GemvInput IN>
 __device__ __forceinline__ void gemv_stage_x_issue(const void* x_in, const bf16* norm_w, int K, int k0, int n, unsigned char* smem) {
-    constexpr bool kNorm = IN == GemvInput::F32_RMSNORM;
-    bf16* staged = reinterpret_cast<bf16*>(smem);                 // n elements: bf16 as copied, then F's form
-    float* raw = reinterpret_cast<float*>(smem + (size_t)n * 2);  // fused RMSNorm: x[0, K)
-    const int first = threadIdx.x * 8, step = blockDim.x * 8;    // this thread's chunks of 8 elements
-    if constexpr (kNorm) {
+    const auto [staged, raw, first, step] = gemv_x_area(smem, n);
+    if constexpr (IN == GemvInput::F32_RMSNORM) {
         const float* x = static_cast<const float*>(x_in);
         for (int i = first; i < K; i += step) cp_async_16_ca(raw + i, x + i), cp_async_16_ca(raw + i + 4, x + i + 4);
         for (int i = first; i < n; i += step) cp_async_16_ca(staged + i, norm_w + k0 + i);
@@ -250,9 +256,7 @@ __device__ __forceinline__ void gemv_stage_x_issue(const void* x_in, const bf16*
 template <class F, GemvInput IN>
 __device__ __forceinline__ void gemv_stage_x_finish(float eps, int K, int k0, int n, unsigned char* smem) {
     constexpr bool kNorm = IN == GemvInput::F32_RMSNORM;
-    bf16* staged = reinterpret_cast<bf16*>(smem);
-    float* raw = reinterpret_cast<float*>(smem + (size_t)n * 2);
-    const int first = threadIdx.x * 8, step = blockDim.x * 8;
+    const auto [staged, raw, first, step] = gemv_x_area(smem, n);
     cp_async_wait<0>();
     float inv = 1.f;
     if constexpr (kNorm) {

@@ -236,6 +236,20 @@ static PrefillKv prefill_kv(const Config& c, const State& s, int l, bool chunk_a
     return PrefillKv{s.kv.type, s.kv.layer(l), c.ctx, KvLayer{}};
 }
 
+// Prefill, layer l, T tokens: q = rope(q_norm(q)) into s.q, k = rope(k_norm(k)) and v into the cache (and the
+// bf16 copy prefill_kv names), from the projections in s.qkv.
+static void prefill_qk_norm_rope_cache(const Config& c, const Layer& L, State& s, int l, int T, bool chunk_at_zero, cudaStream_t st) {
+    PrefillKv pk = prefill_kv(c, s, l, chunk_at_zero);
+    qk_norm_rope_cache(s.qkv, T, s.d_pos, L.q_norm, L.k_norm, s.rope, s.q, s.kv.type, s.kv.layer(l), c.n_heads, c.n_kv, c.head_dim, c.ctx,
+                       c.eps, st, pk.copy, pk.rows);
+}
+
+// Prefill, layer l: s.att = causal attention of s.q over the keys and values prefill_kv names.
+static void prefill_attend(const Config& c, State& s, int l, int T, bool chunk_at_zero, cudaStream_t st) {
+    PrefillKv pk = prefill_kv(c, s, l, chunk_at_zero);
+    prefill_attention(s.q, pk.type, pk.layer, s.d_pos, s.att, T, c.n_heads, c.n_kv, c.head_dim, pk.rows, st);
+}
+
 // Runs T tokens (ids on the device) at positions *s.d_pos .. + T - 1 through the model, filling the KV
 // cache, and leaves the last token's logits at s.last_logits (all T rows in s.logits when taps are on).
 static void forward(const Config& c, const Weights& w, State& s, const int* ids, int T, bool chunk_at_zero, const Taps& taps,
@@ -246,19 +260,16 @@ static void forward(const Config& c, const Weights& w, State& s, const int* ids,
     taps.f32("embed", s.x, T, c.dim, st);
     for (int l = 0; l < c.n_layers; l++) {
         const Layer& L = w.layers[l];
-        KvLayer kv = s.kv.layer(l);
         // q, k, v = q_proj(n), k_proj(n), v_proj(n)  with n = input_layernorm(x)
         linear_rmsnorm(L.qkv, s.x, L.attn_norm, c.eps, s.qkv, T, sc, st);
         // q, k = rope(q_norm(q)), rope(k_norm(k));  cache[pos : pos + T] = k, v
         // a = softmax(q k^T / sqrt(head_dim) + causal_mask) v   over every cached position
         if (T == 1) {  // decode: both in one launch (flash_decode.cuh)
             DecodeQkv in{s.qkv, L.q_norm, L.k_norm, s.rope.cos_sin, c.eps};
-            flash_decode_fused(s.fd, in, s.kv.type, kv, s.d_pos, s.att, st);
+            flash_decode_fused(s.fd, in, s.kv.type, s.kv.layer(l), s.d_pos, s.att, st);
         } else {
-            PrefillKv pk = prefill_kv(c, s, l, chunk_at_zero);
-            qk_norm_rope_cache(s.qkv, T, s.d_pos, L.q_norm, L.k_norm, s.rope, s.q, s.kv.type, kv, c.n_heads, c.n_kv, c.head_dim,
-                               c.ctx, c.eps, st, pk.copy, pk.rows);
-            prefill_attention(s.q, pk.type, pk.layer, s.d_pos, s.att, T, c.n_heads, c.n_kv, c.head_dim, pk.rows, st);
+            prefill_qk_norm_rope_cache(c, L, s, l, T, chunk_at_zero, st);
+            prefill_attend(c, s, l, T, chunk_at_zero, st);
         }
         // x = x + o_proj(a)
         // (in decode, o_proj and gate_up also warm L2 with the next projection's first weights: gemv.cuh,
@@ -576,15 +587,8 @@ static void print_prefill_breakdown(const Config& c, const Weights& w, State& s,
              rmsnorm(s.x, w.layers[l].mlp_norm, sc.xb, T, c.dim, c.eps, st);
          }},
         gemm_op("qkv", &Layer::qkv, sc.xb, s.qkv, false),
-        {"q/k norm + rope + cache", 0, [&](int l) {
-             PrefillKv pk = prefill_kv(c, s, l, true);
-             qk_norm_rope_cache(s.qkv, T, s.d_pos, w.layers[l].q_norm, w.layers[l].k_norm, s.rope, s.q, s.kv.type, s.kv.layer(l), c.n_heads,
-                                c.n_kv, c.head_dim, c.ctx, c.eps, st, pk.copy, pk.rows);
-         }},
-        {"attention", 4.0 * T * T / 2 * c.q_dim, [&](int l) {
-             PrefillKv pk = prefill_kv(c, s, l, true);
-             prefill_attention(s.q, pk.type, pk.layer, s.d_pos, s.att, T, c.n_heads, c.n_kv, c.head_dim, pk.rows, st);
-         }},
+        {"q/k norm + rope + cache", 0, [&](int l) { prefill_qk_norm_rope_cache(c, w.layers[l], s, l, T, true, st); }},
+        {"attention", 4.0 * T * T / 2 * c.q_dim, [&](int l) { prefill_attend(c, s, l, T, true, st); }},
         gemm_op("o", &Layer::o, s.att, s.x, true),
         gemm_op("gate_up", &Layer::gate_up, sc.xb, sc.f, false),
         {"swiglu", 0, [&](int l) { swiglu_interleaved(sc.f, s.h, T, w.layers[l].gate_up.N / 2, st); }},
