@@ -46,6 +46,7 @@ struct Options {
     bool dtype_set = false;
     std::string kv_type = "bf16";  // --kv-type: KV-cache format
     std::string dump_dir;      // --dump-dir: float32 .npy per tap for the prompt positions
+    bool dump_inputs = false;  // --dump-inputs: with --dump-dir, also every projection's input (tools/quantize --calib)
     bool bench = false;        // --bench: random prompt of --n-prompt tokens, then -n decoded
     std::vector<int> n_prompt = {512};  // --n-prompt: prompt length(s) for --bench, e.g. 512,4096,16384
     std::string trace_file;    // --trace: per-token timings as CSV
@@ -80,6 +81,8 @@ inline void print_usage(FILE* out, const char* engine) {
                  "      --kv-prefill-cache with --kv-type fp8: the prompt attends through the FP8 cache, as decode\n"
                  "                         does, not to its own bf16 keys (to measure what the cache's rounding costs)\n"
                  "      --dump-dir DIR     write float32 .npy activations for the prompt positions (oracle taps)\n"
+                 "      --dump-inputs      with --dump-dir: also each layer's projection inputs (calibration for\n"
+                 "                         tools/quantize --calib)\n"
                  "      --bench            benchmark: --n-prompt random tokens, then -n decoded (default 128)\n"
                  "      --n-prompt N[,N..] prompt length(s) for --bench (default 512), e.g. 512,4096,16384\n"
                  "      --no-cuda-graphs   launch the decode step kernel by kernel\n"
@@ -174,6 +177,7 @@ inline Options parse_cli(int argc, char** argv) {
         else if (a == "--dtype") { o.dtype = parse_choice(a, value(), {"bf16", "fp8", "int4"}); o.dtype_set = true; }
         else if (a == "--kv-type") o.kv_type = parse_choice(a, value(), {"bf16", "fp8"});
         else if (a == "--dump-dir") o.dump_dir = value();
+        else if (a == "--dump-inputs") o.dump_inputs = true;
         else if (a == "--bench") o.bench = true;
         else if (a == "--n-prompt") o.n_prompt = parse_int_list(a, value(), 1, kIntMax);
         else if (a == "--trace") o.trace_file = value();
@@ -192,6 +196,7 @@ inline Options parse_cli(int argc, char** argv) {
     if (sources == 0 && !o.bench) die_usage("give a prompt with -p, -f or --ids (or --bench)");
     if (o.quiet && o.verbose) die_usage("-q and -v contradict each other");
     if (!o.timeline_file.empty() && !o.bench) die_usage("--timeline needs --bench");
+    if (o.dump_inputs && o.dump_dir.empty()) die_usage("--dump-inputs needs --dump-dir");
     return o;
 }
 

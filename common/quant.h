@@ -56,12 +56,17 @@ inline float e4m3_to_float(uint8_t b) {
 constexpr int kFp8Block = 128;
 inline int fp8_kblock(int K) { return K % kFp8Block == 0 ? kFp8Block : K; }
 
-// n values sharing one scale: s = max|w| / 448 (1 if all zero), q = e4m3(w / s).
-inline void quantize_fp8_block(const float* w, int n, uint8_t* q, float* scale) {
+// The scale of n values: s = max|w| / 448 (1 if all zero).
+inline float fp8_block_scale(const float* w, int n) {
     float amax = 0.f;
     for (int k = 0; k < n; k++) amax = std::fmax(amax, std::fabs(w[k]));
     float s = amax / kE4M3Max;
-    if (s == 0.f) s = 1.f;
+    return s == 0.f ? 1.f : s;
+}
+
+// n values sharing one scale: q = e4m3(w / s).
+inline void quantize_fp8_block(const float* w, int n, uint8_t* q, float* scale) {
+    float s = fp8_block_scale(w, n);
     for (int k = 0; k < n; k++) q[k] = float_to_e4m3(w[k] / s);
     *scale = s;
 }

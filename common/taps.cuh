@@ -5,7 +5,9 @@
 //   taps.f32("embed", x, T, dim, stream);           // writes DIR/embed.npy, float32 [T][dim]
 //   taps.bf16(strf("layer_%02d", l), p, T, dim, stream);
 // Names shared by every engine and by oracle/dump.py: embed, layer_00 .. layer_NN (hidden state after
-// each decoder layer), final_norm, logits; ids.npy holds the generated tokens.
+// each decoder layer), final_norm, logits; ids.npy holds the generated tokens. With --dump-inputs, also
+// what each layer's projections multiply (tools/quantize --calib reads them): layer_NN_attn_in (q/k/v_proj),
+// layer_NN_o_in, layer_NN_mlp_in (gate/up_proj), layer_NN_down_in, each bf16-valued as the GEMMs read it.
 // Each tap synchronises the stream and copies to the host: dumping is for checking, never for speed.
 #pragma once
 
@@ -24,7 +26,8 @@ namespace monocu {
 
 struct Taps {
     std::string dir;
-    explicit Taps(std::string d = "") : dir(std::move(d)) {
+    bool inputs = false;  // also the projection inputs (--dump-inputs): layer_NN_attn_in, _o_in, _mlp_in, _down_in
+    explicit Taps(std::string d = "", bool with_inputs = false) : dir(std::move(d)), inputs(with_inputs && !dir.empty()) {
         if (dir.empty()) return;
         if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) die("--dump-dir %s: cannot create (%s)", dir.c_str(), strerror(errno));
     }

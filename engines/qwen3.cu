@@ -262,6 +262,7 @@ static void forward(const Config& c, const Weights& w, State& s, const int* ids,
         const Layer& L = w.layers[l];
         // q, k, v = q_proj(n), k_proj(n), v_proj(n)  with n = input_layernorm(x)
         linear_rmsnorm(L.qkv, s.x, L.attn_norm, c.eps, s.qkv, T, sc, st);
+        if (taps.inputs) taps.bf16(strf("layer_%02d_attn_in", l), sc.xb, T, c.dim, st);  // (prefill: the normed x is in xb)
         // q, k = rope(q_norm(q)), rope(k_norm(k));  cache[pos : pos + T] = k, v
         // a = softmax(q k^T / sqrt(head_dim) + causal_mask) v   over every cached position
         if (T == 1) {  // decode: both in one launch (flash_decode.cuh)
@@ -274,9 +275,11 @@ static void forward(const Config& c, const Weights& w, State& s, const int* ids,
         // x = x + o_proj(a)
         // (in decode, o_proj and gate_up also warm L2 with the next projection's first weights: gemv.cuh,
         // l2_ahead; o_proj only after its wait, as its blocks sit beside the attention kernel)
+        if (taps.inputs) taps.bf16(strf("layer_%02d_o_in", l), s.att, T, c.n_heads * c.head_dim, st);
         linear_add(L.o, s.att, s.x, T, sc, st, l2_ahead(L.gate_up, true));
         // h = silu(gate_proj(m)) * up_proj(m)  with m = post_attention_layernorm(x)
         linear_rmsnorm_swiglu(L.gate_up, s.x, L.mlp_norm, c.eps, s.h, T, sc, st, l2_ahead(L.down, false));
+        if (taps.inputs) taps.bf16(strf("layer_%02d_mlp_in", l), sc.xb, T, c.dim, st), taps.bf16(strf("layer_%02d_down_in", l), s.h, T, c.ffn, st);
         // x = x + down_proj(h)
         linear_add(L.down, s.h, s.x, T, sc, st);
         if (taps.on()) taps.f32(strf("layer_%02d", l), s.x, T, c.dim, st);
@@ -465,7 +468,7 @@ static int generate(const Options& o, const Config& c, const Weights& w, State& 
     if (o.verbose)
         std::fprintf(stderr, "sampling: temp %.3g, top_k %d, top_p %.3g, min_p %.3g, repeat_penalty %.3g, seed %llu\n",
                      sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.repetition_penalty, (unsigned long long)sp.seed);
-    Taps taps(o.dump_dir);
+    Taps taps(o.dump_dir, o.dump_inputs);
     taps.ids("prompt_ids", ids);
 
     // Output: text streamed through the tokenizer (whole UTF-8 characters only), or ids without one.

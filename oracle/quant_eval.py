@@ -12,7 +12,8 @@ Variants: fp8 and int4 quantized on load, bf16 weights with the FP8 KV cache, fp
 --kv-prefill-cache: the prompt attends through the cache, as decode does; by default the engine's prompt
 attends to its own bf16 keys, which would leave the cache's rounding unmeasured), the Qwen FP8
 layout (oracle/make_fp8_checkpoint.py), and with --quantize the tools/quantize checkpoints, whose logits
-must equal quantize-on-load's bit for bit.
+must equal quantize-on-load's bit for bit, plus its GPTQ checkpoints (--calib): calibrated on --calib-windows
+windows of the *training* split, whose projection inputs the bf16 engine dumps (--dump-inputs).
 """
 import argparse
 import json
@@ -39,6 +40,21 @@ def heldout_windows(model, windows, seq):
     return [ids[w * step:w * step + seq + 1] for w in range(windows)], len(ids)
 
 
+def calibration_windows(model, windows, seq):
+    """windows x seq tokens from the training split (never the held-out text): files spread over the corpus."""
+    import train_tiny
+    from tokenizers import Tokenizer
+    train, _ = train_tiny.read_corpus()
+    tok = Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
+    picked = train[::max(1, len(train) // (4 * windows))]
+    ids = []
+    for text in picked:
+        ids.extend(tok.encode(text, add_special_tokens=False).ids)
+        ids.append(tok.token_to_id(train_tiny.EOT))
+    step = (len(ids) - seq) // windows
+    return [ids[w * step:w * step + seq] for w in range(windows)]
+
+
 def run(engine, model, ids_path, out, extra):
     cmd = [engine, "-m", model, "--ids", ids_path, "--dump-dir", out, "-n", "1", "--temp", "0", "-q"] + extra
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -59,6 +75,7 @@ def main():
     ap.add_argument("--fp8-layout", help="a Qwen-FP8-layout copy of --model (make_fp8_checkpoint.py)")
     ap.add_argument("--windows", type=int, default=8)
     ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--calib-windows", type=int, default=32, help="training-split windows for the GPTQ variants")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -74,6 +91,18 @@ def main():
                            ("tool-int4-head-bf16", ["--dtype", "int4", "--lm-head", "bf16"])):
             q = os.path.join(a.out, name)
             subprocess.run([a.quantize, a.model, q] + args, check=True, capture_output=True)
+            variants[name] = (q, [])
+        calib = []
+        for w, chunk in enumerate(calibration_windows(a.model, a.calib_windows, a.seq)):
+            p = os.path.join(a.out, f"calib{w}.ids")
+            open(p, "w").write(" ".join(map(str, chunk)))
+            d = os.path.join(a.out, f"calib{w}")
+            run(a.engine, a.model, p, d, ["--dtype", "bf16", "--dump-inputs"])
+            calib.append(d)
+        for name, args in (("gptq-fp8", ["--dtype", "fp8"]), ("gptq-int4", ["--dtype", "int4"])):
+            q = os.path.join(a.out, name)
+            r = subprocess.run([a.quantize, a.model, q, "--calib", ",".join(calib)] + args, check=True, capture_output=True, text=True)
+            print(r.stdout.strip())
             variants[name] = (q, [])
     logits, taps = {}, {}
     for w in range(a.windows):

@@ -83,6 +83,9 @@ TEST_CASE("bad flags and values are one-line usage errors naming the flag") {
     CHECK(usage_error({"-m", "d", "-p", "x", "-f", "y"}) == "give only one of -p, -f and --ids");
     CHECK(usage_error({"-m", "d", "-p", "x", "-q", "-v"}) == "-q and -v contradict each other");
     CHECK(usage_error({"-m", "d", "-p", "x", "--timeline", "tl"}) == "--timeline needs --bench");
+    CHECK(usage_error({"-m", "d", "-p", "x", "--dump-inputs"}) == "--dump-inputs needs --dump-dir");
+    CHECK(parse({"-m", "d", "-p", "x", "--dump-dir", "o", "--dump-inputs"}).dump_inputs);
+    CHECK_FALSE(parse({"-m", "d", "-p", "x", "--dump-dir", "o"}).dump_inputs);
 }
 
 #include "prompt.h"

@@ -1,6 +1,6 @@
 // quantize — write a pre-quantized checkpoint that the engines load directly (CPU only, runs anywhere).
 //
-//   build/tools/quantize IN_DIR OUT_DIR --dtype fp8|int4 [--lm-head fp8|bf16]
+//   build/tools/quantize IN_DIR OUT_DIR --dtype fp8|int4 [--lm-head fp8|bf16] [--calib DIR[,DIR...] [--damp 0.01]]
 //
 // Every projection (q/k/v/o/gate/up/down_proj) becomes, under its own name:
 //   fp8:  P.weight F8_E4M3 [N][K] + P.weight_scale F32 [N][K/128]   (per 128 inputs of a row, s = max|w| / 448)
@@ -11,14 +11,25 @@
 // "quantization_config": {"quant_method": "monocu", "weights": "fp8"|"int4", "lm_head": "fp8"}; the
 // tokenizer and generation files are copied. The arithmetic is quant.h's, the same as the GPU's
 // quantize-on-load, so an engine gives bit-identical logits either way.
+//
+// --calib quantizes the projections with GPTQ instead (gptq.h), in the same formats: each DIR is the
+// --dump-dir of a bf16 engine run with --dump-inputs over calibration text (never the text you evaluate
+// on), holding every layer's projection inputs (layer_NN_attn_in / o_in / mlp_in / down_in.npy); the tool
+// sums their Gram matrices over all DIRs. The output projection stays round-to-nearest. config.json's
+// quantization_config then also says "method": "gptq" and the number of calibration tokens.
 #include <sys/stat.h>
 
 #include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "bf16.h"
 #include "config.h"
 #include "errors.h"
+#include "gptq.h"
+#include "npy.h"
 #include "quant.h"
 #include "safetensors.h"
 #include "safetensors_writer.h"
@@ -63,16 +74,18 @@ static void check_float_matrix(const TensorView& t) {
         die("%s: tensor '%s' has dtype %s; quantize reads BF16, F16 or F32", t.file.c_str(), t.name.c_str(), dtype_name(t.dtype));
 }
 
-static void add_fp8(SafetensorsWriter& wr, const std::string& prefix, const TensorView& t) {
+// gptq: the projection's calibration factor (GPTQ), or null (round to nearest).
+static void add_fp8(SafetensorsWriter& wr, const std::string& prefix, const TensorView& t, const GptqFactor* gptq = nullptr) {
     check_float_matrix(t);
     int64_t N = t.shape[0], K = t.shape[1], n_kb = K / fp8_kblock((int)K);
     auto scales = std::make_shared<std::vector<float>>((size_t)N * n_kb);
-    wr.add(prefix + ".weight", DType::F8_E4M3, {N, K}, [&t, scales, N, K, n_kb] {
+    wr.add(prefix + ".weight", DType::F8_E4M3, {N, K}, [&t, scales, N, K, n_kb, gptq] {
         std::vector<uint8_t> q((size_t)N * K);
         parallel_rows(N, [&](int64_t r) {
             std::vector<float> row;
             row_as_bf16_floats(t, r, row);
-            quantize_fp8_row(row.data(), (int)K, &q[(size_t)r * K], &(*scales)[(size_t)r * n_kb]);
+            if (gptq) gptq_fp8_row(row.data(), (int)K, *gptq, &q[(size_t)r * K], &(*scales)[(size_t)r * n_kb]);
+            else quantize_fp8_row(row.data(), (int)K, &q[(size_t)r * K], &(*scales)[(size_t)r * n_kb]);
         });
         return q;
     });
@@ -83,17 +96,18 @@ static void add_fp8(SafetensorsWriter& wr, const std::string& prefix, const Tens
     });
 }
 
-static void add_int4(SafetensorsWriter& wr, const std::string& prefix, const TensorView& t) {
+static void add_int4(SafetensorsWriter& wr, const std::string& prefix, const TensorView& t, const GptqFactor* gptq = nullptr) {
     check_float_matrix(t);
     int64_t N = t.shape[0], K = t.shape[1];
     if (K % kInt4Group != 0) die("%s: tensor '%s' has %lld columns; int4 needs a multiple of %d", t.file.c_str(), t.name.c_str(), (long long)K, kInt4Group);
     auto scales = std::make_shared<std::vector<uint16_t>>((size_t)N * K / kInt4Group);
-    wr.add(prefix + ".qweight", DType::U8, {N, K / 2}, [&t, scales, N, K] {
+    wr.add(prefix + ".qweight", DType::U8, {N, K / 2}, [&t, scales, N, K, gptq] {
         std::vector<uint8_t> p((size_t)N * K / 2);
         parallel_rows(N, [&](int64_t r) {
             std::vector<float> row;
             row_as_bf16_floats(t, r, row);
-            quantize_int4_row(row.data(), (int)K, &p[(size_t)r * K / 2], &(*scales)[(size_t)r * K / kInt4Group]);
+            if (gptq) gptq_int4_row(row.data(), (int)K, *gptq, &p[(size_t)r * K / 2], &(*scales)[(size_t)r * K / kInt4Group]);
+            else quantize_int4_row(row.data(), (int)K, &p[(size_t)r * K / 2], &(*scales)[(size_t)r * K / kInt4Group]);
         });
         return p;
     });
@@ -116,7 +130,67 @@ static void copy_file_if_present(const std::string& from, const std::string& to)
     if (!out) die("%s: write failed", to.c_str());
 }
 
-static int quantize(const std::string& in, const std::string& out, const std::string& dtype, const std::string& head) {
+// ---- calibration (--calib): which dumped input feeds a projection, and the GPTQ factor of each input ----
+
+// "model.layers.3.self_attn.q_proj.weight" -> "layer_03_attn_in": the --dump-inputs tap holding its input.
+static std::string calib_input_name(const std::string& tensor) {
+    size_t at = tensor.find("layers.");
+    if (at == std::string::npos) die("--calib: cannot tell the layer of tensor '%s'", tensor.c_str());
+    int layer = std::atoi(tensor.c_str() + at + 7);
+    const char* input = tensor.find("q_proj") != std::string::npos || tensor.find("k_proj") != std::string::npos ||
+                                tensor.find("v_proj") != std::string::npos ? "attn_in"
+                        : tensor.find("o_proj") != std::string::npos ? "o_in"
+                        : tensor.find("down_proj") != std::string::npos ? "down_in" : "mlp_in";
+    return strf("layer_%02d_%s", layer, input);
+}
+
+// The factor of input `name` from DIR/name.npy of every calibration folder; K must match the projection's.
+static GptqFactor calib_factor(const std::vector<std::string>& dirs, const std::string& name, int K, double damp, int64_t& tokens) {
+    InputGram g(K);
+    for (const std::string& d : dirs) {
+        std::string path = d + "/" + name + ".npy";
+        NpyArray a = npy_read(path);
+        if (a.shape.size() != 2 || a.shape[1] != K)
+            die("%s: expected [tokens][%d] (the projection's inputs), got a %zu-d array", path.c_str(), K, a.shape.size());
+        g.add(a.data.data(), a.shape[0]);
+    }
+    tokens = g.tokens;
+    return gptq_factor(g, damp);
+}
+
+// Every projection's factor, keyed by its input (q/k/v share one, gate/up another), computed on all cores.
+static std::map<std::string, GptqFactor> calib_factors(const std::vector<const TensorView*>& projections, const std::vector<std::string>& dirs,
+                                                       double damp, int64_t& tokens) {
+    std::map<std::string, int> inputs;  // name -> K
+    for (const TensorView* t : projections) inputs[calib_input_name(t->name)] = (int)t->shape[1];
+    std::vector<std::pair<std::string, int>> todo(inputs.begin(), inputs.end());
+    std::map<std::string, GptqFactor> out;
+    std::mutex mu;
+    unsigned n = std::max(1u, std::thread::hardware_concurrency());
+    std::vector<std::thread> pool;
+    std::vector<std::string> errors;
+    for (unsigned th = 0; th < n; th++)
+        pool.emplace_back([&, th] {
+            for (size_t i = th; i < todo.size(); i += n) {
+                try {
+                    int64_t tok = 0;
+                    GptqFactor f = calib_factor(dirs, todo[i].first, todo[i].second, damp, tok);
+                    std::lock_guard<std::mutex> lock(mu);
+                    out[todo[i].first] = std::move(f);
+                    tokens = tok;
+                } catch (const std::exception& e) {
+                    std::lock_guard<std::mutex> lock(mu);
+                    errors.push_back(e.what());
+                }
+            }
+        });
+    for (auto& t : pool) t.join();
+    if (!errors.empty()) die("%s", errors.front().c_str());
+    return out;
+}
+
+static int quantize(const std::string& in, const std::string& out, const std::string& dtype, const std::string& head,
+                    const std::vector<std::string>& calib, double damp) {
     Checkpoint ck = Checkpoint::open(in);
     nlohmann::json cfg = read_json_file(in + "/config.json");
     if (cfg.contains("quantization_config")) die("%s/config.json: the checkpoint is quantized already", in.c_str());
@@ -125,11 +199,18 @@ static int quantize(const std::string& in, const std::string& out, const std::st
     std::vector<const TensorView*> tensors;
     for (const TensorView& t : ck.tensors()) tensors.push_back(&t);
     std::sort(tensors.begin(), tensors.end(), [](const TensorView* a, const TensorView* b) { return a->name < b->name; });
+    std::vector<const TensorView*> projections;
+    for (const TensorView* t : tensors)
+        if (is_projection(t->name)) check_float_matrix(*t), projections.push_back(t);
+    int64_t calib_tokens = 0;
+    std::map<std::string, GptqFactor> factors;
+    if (!calib.empty()) factors = calib_factors(projections, calib, damp, calib_tokens);
     int n_proj = 0;
     for (const TensorView* t : tensors) {
         std::string prefix = t->name.substr(0, t->name.size() - 7);
         if (is_projection(t->name)) {
-            dtype == "fp8" ? add_fp8(wr, prefix, *t) : add_int4(wr, prefix, *t);
+            const GptqFactor* f = calib.empty() ? nullptr : &factors.at(calib_input_name(t->name));
+            dtype == "fp8" ? add_fp8(wr, prefix, *t, f) : add_int4(wr, prefix, *t, f);
             n_proj++;
         } else if (t->name == "lm_head.weight" && head == "fp8") {
             add_fp8(wr, "lm_head", *t);
@@ -145,23 +226,28 @@ static int quantize(const std::string& in, const std::string& out, const std::st
     }
     wr.write(out + "/model.safetensors", {{"format", "pt"}});
     cfg["quantization_config"] = {{"quant_method", "monocu"}, {"weights", dtype}, {"lm_head", head}};
+    if (!calib.empty()) cfg["quantization_config"]["method"] = "gptq", cfg["quantization_config"]["calibration_tokens"] = calib_tokens;
     std::ofstream(out + "/config.json") << cfg.dump(2) << "\n";
     for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
         copy_file_if_present(in + "/" + f, out + "/" + f);
     Checkpoint check = Checkpoint::open(out);  // what we wrote must pass our own validation
-    std::printf("quantize: %d projections to %s (lm_head %s); %s: %zu tensors, %.2f MiB\n", n_proj, dtype.c_str(), head.c_str(),
-                out.c_str(), check.tensors().size(), check.total_bytes() / 1048576.0);
+    std::printf("quantize: %d projections to %s%s (lm_head %s); %s: %zu tensors, %.2f MiB\n", n_proj, dtype.c_str(),
+                calib.empty() ? "" : strf(" by GPTQ over %lld calibration tokens", (long long)calib_tokens).c_str(), head.c_str(), out.c_str(),
+                check.tensors().size(), check.total_bytes() / 1048576.0);
     return 0;
 }
 
 int main(int argc, char** argv) {
     return run_main([&] {
-        std::vector<std::string> pos;
+        std::vector<std::string> pos, calib;
         std::string dtype, head;
+        double damp = 0.01;
         for (int i = 1; i < argc; i++) {
             std::string a = argv[i];
             if (a == "-h" || a == "--help") {
-                std::printf("usage: quantize IN_DIR OUT_DIR --dtype fp8|int4 [--lm-head fp8|bf16]\n");
+                std::printf("usage: quantize IN_DIR OUT_DIR --dtype fp8|int4 [--lm-head fp8|bf16] [--calib DIR[,DIR...] [--damp F]]\n"
+                            "  --calib  GPTQ over the projection inputs an engine dumped with --dump-dir DIR --dump-inputs\n"
+                            "  --damp   fraction of the mean input energy added to the diagonal (default 0.01)\n");
                 return 0;
             }
             if (a == "--dtype") {
@@ -172,14 +258,29 @@ int main(int argc, char** argv) {
                 if (i + 1 >= argc) die_usage("--lm-head needs a value");
                 head = argv[++i];
                 if (head != "fp8" && head != "bf16") die_usage("--lm-head: '%s' is not one of fp8, bf16", head.c_str());
+            } else if (a == "--calib") {
+                if (i + 1 >= argc) die_usage("--calib needs a folder (or a comma-separated list)");
+                std::string list = argv[++i];
+                for (size_t at = 0; at <= list.size();) {
+                    size_t comma = list.find(',', at);
+                    if (comma == std::string::npos) comma = list.size();
+                    if (comma == at) die_usage("--calib: empty folder name in '%s'", list.c_str());
+                    calib.push_back(list.substr(at, comma - at));
+                    at = comma + 1;
+                }
+            } else if (a == "--damp") {
+                if (i + 1 >= argc) die_usage("--damp needs a value");
+                char* end = nullptr;
+                damp = std::strtod(argv[++i], &end);
+                if (!end || *end || !(damp > 0.0 && damp <= 1.0)) die_usage("--damp: '%s' is not a number in (0, 1]", argv[i]);
             } else if (!a.empty() && a[0] == '-') {
                 die_usage("unknown flag '%s'", a.c_str());
             } else {
                 pos.push_back(a);
             }
         }
-        if (pos.size() != 2 || dtype.empty()) die_usage("usage: quantize IN_DIR OUT_DIR --dtype fp8|int4 [--lm-head fp8|bf16]");
+        if (pos.size() != 2 || dtype.empty()) die_usage("usage: quantize IN_DIR OUT_DIR --dtype fp8|int4 [--lm-head fp8|bf16] [--calib DIR[,DIR...]]");
         if (head.empty()) head = dtype == "fp8" ? "bf16" : "fp8";
-        return quantize(pos[0], pos[1], dtype, head);
+        return quantize(pos[0], pos[1], dtype, head, calib, damp);
     });
 }
