@@ -346,6 +346,27 @@ TEST_CASE("gemv with an L2 prefetch of another buffer: the same bits, before or 
     CHECK(l2_ahead(next, false).bytes == 0);
 }
 
+TEST_CASE("gemv launches hold a kernel to kGemvMaxBlocksPerSm blocks per SM, asking for more shared memory where needed") {
+    Rng r(15);
+    const int N = 64, K = 4096;
+    DeviceVec<bf16> d_W(to_bf16(random_bf16_values((size_t)N * K, r))), d_x(to_bf16(random_bf16_values(K, r)));
+    DeviceVec<float> d_y(N);
+    Linear L;
+    L.N = N, L.K = K, L.w = d_W.p;
+    gemv(L, d_x.p, d_y.p, 0);  // sets the kernel's attributes, as every first launch does
+    auto kernel = gemv_kernel<Bf16Weights, GemvInput::BF16, GemvOutput::STORE_F32, 2>;
+    int uncapped = 0, capped = 0;
+    size_t base = (size_t)K * 2, smem = gemv_capped_smem(kernel, base);
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&uncapped, kernel, kGemvWarps * 32, base));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&capped, kernel, kGemvWarps * 32, smem));
+    MESSAGE("bf16 gemv: ", uncapped, " blocks per SM with its own ", base, " bytes, ", capped, " with ", smem);
+    CHECK(smem >= base);
+    CHECK(capped <= kGemvMaxBlocksPerSm);
+    CHECK(capped >= 1);
+    if (uncapped <= kGemvMaxBlocksPerSm) CHECK(smem == base);  // no padding where the registers already cap it
+    CHECK(gemv_capped_smem(kernel, base) == smem);             // remembered
+}
+
 TEST_CASE("gemm (cuBLAS, bf16 in, fp32 out): store and accumulate") {
     Rng r(6);
     int T = 37, N = 200, K = 96;
