@@ -180,13 +180,14 @@ struct State {
                        // --kv-prefill-cache)
     bf16* wb;          // [largest quantized projection] its bf16 copy during prefill
     size_t wb_elems;
+    DequantRing ring;  // wb and a second buffer: the next projection is dequantized while a GEMM runs
     int* d_ids;        // [chunk] prompt token ids of the current pass
     int* d_pos;        // position of the first token of the current pass
     RopeTable rope;
     FlashDecode fd;
     Sampler sampler;
     Gemm gemm;
-    LinearScratch scratch() { return LinearScratch{&gemm, xb, gu, wb, wb_elems}; }
+    LinearScratch scratch() { return LinearScratch{&gemm, xb, gu, wb, wb_elems, wb ? &ring : nullptr}; }
 };
 
 static void alloc_state(State& s, const Config& c, const Weights& w, KvType kv_type, bool prefill_via_cache, bool dumping, GpuMemory& mem,
@@ -208,6 +209,10 @@ static void alloc_state(State& s, const Config& c, const Weights& w, KvType kv_t
     }
     s.wb_elems = dequant_scratch_elems(w, dumping);
     s.wb = s.wb_elems ? mem.alloc<bf16>(s.wb_elems, "workspace") : nullptr;
+    if (s.wb) {
+        size_t layer_elems = dequant_scratch_elems(w, false);
+        s.ring.init(s.wb, s.wb_elems, mem.alloc<bf16>(layer_elems, "workspace"), layer_elems);
+    }
     s.d_ids = mem.alloc<int>(T, "activations");
     s.d_pos = mem.alloc<int>(1, "activations");
     s.rope = make_rope_table(c.hf.rope, c.head_dim, c.ctx, mem, stream);
@@ -262,6 +267,7 @@ static void forward(const Config& c, const Weights& w, State& s, const int* ids,
         const Layer& L = w.layers[l];
         // q, k, v = q_proj(n), k_proj(n), v_proj(n)  with n = input_layernorm(x)
         linear_rmsnorm(L.qkv, s.x, L.attn_norm, c.eps, s.qkv, T, sc, st);
+        dequant_ahead(L.o, T, sc);  // (prefill of FP8/INT4 weights: each next projection is dequantized during this GEMM)
         if (taps.inputs) taps.bf16(strf("layer_%02d_attn_in", l), sc.xb, T, c.dim, st);  // (prefill: the normed x is in xb)
         // q, k = rope(q_norm(q)), rope(k_norm(k));  cache[pos : pos + T] = k, v
         // a = softmax(q k^T / sqrt(head_dim) + causal_mask) v   over every cached position
@@ -277,11 +283,14 @@ static void forward(const Config& c, const Weights& w, State& s, const int* ids,
         // l2_ahead; o_proj only after its wait, as its blocks sit beside the attention kernel)
         if (taps.inputs) taps.bf16(strf("layer_%02d_o_in", l), s.att, T, c.n_heads * c.head_dim, st);
         linear_add(L.o, s.att, s.x, T, sc, st, l2_ahead(L.gate_up, true));
+        dequant_ahead(L.gate_up, T, sc);
         // h = silu(gate_proj(m)) * up_proj(m)  with m = post_attention_layernorm(x)
         linear_rmsnorm_swiglu(L.gate_up, s.x, L.mlp_norm, c.eps, s.h, T, sc, st, l2_ahead(L.down, false));
+        dequant_ahead(L.down, T, sc);
         if (taps.inputs) taps.bf16(strf("layer_%02d_mlp_in", l), sc.xb, T, c.dim, st), taps.bf16(strf("layer_%02d_down_in", l), s.h, T, c.ffn, st);
         // x = x + down_proj(h)
         linear_add(L.down, s.h, s.x, T, sc, st);
+        if (l + 1 < c.n_layers) dequant_ahead(w.layers[l + 1].qkv, T, sc);
         if (taps.on()) taps.f32(strf("layer_%02d", l), s.x, T, c.dim, st);
     }
     // logits = lm_head(norm(x))   for the last token, or for every token when dumping

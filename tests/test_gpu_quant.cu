@@ -4,6 +4,7 @@
 
 #include "gemv.cuh"
 #include "gpu_util.cuh"
+#include "linear.cuh"
 #include "quant.cuh"
 
 using namespace monocu;
@@ -167,4 +168,46 @@ TEST_CASE("dequant_to_bf16 gives back the quantized values, for the prefill GEMM
         for (size_t i = 0; i < out.size(); i++) bad += out[i] != round_to_bf16(h.deq[i]);
         CHECK(bad == 0);
     }
+}
+
+TEST_CASE("prefill with dequantization ahead on a side stream (DequantRing): the same bits as dequantizing in line") {
+    Rng r(16);
+    const int T = 40;
+    // A chain like a layer's, all queued at once: each GEMM reads the previous one's output through an
+    // RMSNorm (as the engine's do), so a buffer refilled before its GEMM ran would change the result.
+    struct Shape { WFormat fmt; int N, K; };
+    const Shape shapes[] = {{WFormat::FP8, 256, 384}, {WFormat::INT4, 384, 256}, {WFormat::FP8, 512, 384}, {WFormat::INT4, 256, 512},
+                            {WFormat::FP8, 256, 256}, {WFormat::INT4, 384, 256}};
+    std::vector<HostLinear> ls;
+    size_t most = 0;
+    for (const Shape& sh : shapes) {
+        ls.push_back(make_linear(sh.fmt, random_bf16_values((size_t)sh.N * sh.K, r, 0.05f), sh.N, sh.K, sh.fmt == WFormat::FP8 ? 128 : 0));
+        most = std::max(most, (size_t)sh.N * sh.K);
+    }
+    Gemm gemm;
+    DeviceVec<bf16> wb(most), wb2(most), xb(T * 512), ones(to_bf16(std::vector<float>(512, 1.f)));
+    DeviceVec<float> x0(random_floats((size_t)T * shapes[0].K, r)), ya(T * 512), yb(T * 512);
+    auto run = [&](bool ring_on) {
+        DequantRing ring;
+        if (ring_on) ring.init(wb.p, most, wb2.p, most);
+        LinearScratch sc{&gemm, xb.p, nullptr, wb.p, most, ring_on ? &ring : nullptr};
+        ya.poison(), yb.poison();
+        const float* in = x0.p;
+        for (size_t i = 0; i < ls.size(); i++) {
+            float* out = i % 2 ? yb.p : ya.p;
+            linear_rmsnorm(ls[i].L, in, ones.p, 1e-6f, out, T, sc, 0);
+            if (i + 1 < ls.size()) dequant_ahead(ls[i + 1].L, T, sc);
+            in = out;
+        }
+        CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<float> y = (ls.size() % 2 ? ya : yb).download();
+        y.resize((size_t)T * shapes[ls.size() - 1].N);
+        return y;
+    };
+    std::vector<float> in_line = run(false), ahead = run(true);
+    CHECK(in_line == ahead);
+    double norm = 0;
+    for (float v : in_line) norm += (double)v * v;
+    CHECK(norm > 0);  // a real result, not poison or zeros
+    CHECK(std::isfinite(norm));
 }
