@@ -102,3 +102,41 @@ TEST_CASE("shipped model: greedy tokens identical to transformers on the golden 
         MESSAGE(p, ": ", ours.size(), " greedy tokens, ", ours == ref ? "identical" : "DIFFERENT");
     }
 }
+
+// GPTQ end to end: the engine dumps its projection inputs (--dump-inputs) for a prompt, tools/quantize
+// --calib quantizes from them, and the engine's logits on that prompt are closer to bf16's than with
+// round-to-nearest (in-sample, so the difference is large and certain).
+TEST_CASE("shipped model: --dump-inputs feeds tools/quantize --calib, and GPTQ lowers the logit error on its text") {
+    std::string engine = std::string(MONOCU_BUILD_DIR) + "/qwen3", model = "models/pycoder-13m", quantize = "build/tools/quantize";
+    REQUIRE_MESSAGE(access(engine.c_str(), X_OK) == 0, engine, " not built (run make)");
+    if (access(quantize.c_str(), X_OK) != 0) {
+        MESSAGE("skipped: ", quantize, " not built");
+        return;
+    }
+    std::string prompt = "tests/data/golden/pycoder-13m/p0/prompt.txt";
+    TempDir dir;
+    auto run_engine = [&](const std::string& m, const std::string& out, const std::string& extra) {
+        std::string log;
+        REQUIRE_MESSAGE(run_command(engine + " -m " + m + " -f " + prompt + " --raw --temp 0 -n 1 -q --dump-dir " + out + extra, &log) == 0, log);
+        return npy_read(out + "/logits.npy");
+    };
+    NpyArray base = run_engine(model, dir / "bf16", " --dump-inputs");
+    const int T = (int)base.shape[0];
+    for (auto [name, width] : std::vector<std::pair<std::string, int>>{{"layer_00_attn_in", 384}, {"layer_02_o_in", 384},
+                                                                        {"layer_04_mlp_in", 384}, {"layer_05_down_in", 1152}}) {
+        CAPTURE(name);
+        NpyArray a = npy_read(dir / "bf16/" + name + ".npy");
+        CHECK(a.shape == std::vector<int64_t>{T, width});
+        double ss = 0;
+        for (float v : a.data) ss += (double)v * v;
+        CHECK(std::isfinite(ss));
+        CHECK(ss > 0);
+    }
+    std::string log;
+    REQUIRE_MESSAGE(run_command(quantize + " " + model + " " + (dir / "rtn") + " --dtype int4", &log) == 0, log);
+    REQUIRE_MESSAGE(run_command(quantize + " " + model + " " + (dir / "gptq") + " --dtype int4 --calib " + (dir / "bf16"), &log) == 0, log);
+    double e_rtn = rel_l2(run_engine(dir / "rtn", dir / "rtn-out", ""), base);
+    double e_gptq = rel_l2(run_engine(dir / "gptq", dir / "gptq-out", ""), base);
+    MESSAGE("int4 logits vs bf16 on the calibration prompt: round-to-nearest ", e_rtn, ", GPTQ ", e_gptq);
+    CHECK(e_gptq < 0.8 * e_rtn);
+}
