@@ -143,8 +143,9 @@ inline GptqFactor gptq_factor(const InputGram& g, double damp) {
 
 namespace gptq_detail {
 
-// The row loop shared by both formats. group(k0, n, w) sets the scale of columns [k0, k0 + n) from the
-// current w; quantize(k, w_k) stores column k's code and returns its dequantized value.
+// The row loop shared by both formats. group(k0, cur) sets the scale of columns [k0, k0 + group_size) from
+// cur, their values as the loop reaches them; quantize(k, w_k) stores column k's code and returns its
+// dequantized value.
 template <class Group, class Quantize>
 inline void gptq_row(const float* w_in, int K, int group_size, const GptqFactor& f, Group group, Quantize quantize) {
     if (f.K != K) die("gptq: a factor for %d inputs used on a row of %d", f.K, K);
