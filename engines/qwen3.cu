@@ -287,7 +287,10 @@ static void forward(const Config& c, const Weights& w, State& s, const int* ids,
         // h = silu(gate_proj(m)) * up_proj(m)  with m = post_attention_layernorm(x)
         linear_rmsnorm_swiglu(L.gate_up, s.x, L.mlp_norm, c.eps, s.h, T, sc, st, l2_ahead(L.down, false));
         dequant_ahead(L.down, T, sc);
-        if (taps.inputs) taps.bf16(strf("layer_%02d_mlp_in", l), sc.xb, T, c.dim, st), taps.bf16(strf("layer_%02d_down_in", l), s.h, T, c.ffn, st);
+        if (taps.inputs) {
+            taps.bf16(strf("layer_%02d_mlp_in", l), sc.xb, T, c.dim, st);
+            taps.bf16(strf("layer_%02d_down_in", l), s.h, T, c.ffn, st);
+        }
         // x = x + down_proj(h)
         linear_add(L.down, s.h, s.x, T, sc, st);
         if (l + 1 < c.n_layers) dequant_ahead(w.layers[l + 1].qkv, T, sc);

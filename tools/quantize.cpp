@@ -166,25 +166,19 @@ static std::map<std::string, GptqFactor> calib_factors(const std::vector<const T
     std::vector<std::pair<std::string, int>> todo(inputs.begin(), inputs.end());
     std::map<std::string, GptqFactor> out;
     std::mutex mu;
-    unsigned n = std::max(1u, std::thread::hardware_concurrency());
-    std::vector<std::thread> pool;
     std::vector<std::string> errors;
-    for (unsigned th = 0; th < n; th++)
-        pool.emplace_back([&, th] {
-            for (size_t i = th; i < todo.size(); i += n) {
-                try {
-                    int64_t tok = 0;
-                    GptqFactor f = calib_factor(dirs, todo[i].first, todo[i].second, damp, tok);
-                    std::lock_guard<std::mutex> lock(mu);
-                    out[todo[i].first] = std::move(f);
-                    tokens = tok;
-                } catch (const std::exception& e) {
-                    std::lock_guard<std::mutex> lock(mu);
-                    errors.push_back(e.what());
-                }
-            }
-        });
-    for (auto& t : pool) t.join();
+    parallel_rows((int64_t)todo.size(), [&](int64_t i) {
+        try {  // a bad dump must become one error line, not end a worker thread
+            int64_t tok = 0;
+            GptqFactor f = calib_factor(dirs, todo[i].first, todo[i].second, damp, tok);
+            std::lock_guard<std::mutex> lock(mu);
+            out[todo[i].first] = std::move(f);
+            tokens = tok;
+        } catch (const std::exception& e) {
+            std::lock_guard<std::mutex> lock(mu);
+            errors.push_back(e.what());
+        }
+    });
     if (!errors.empty()) die("%s", errors.front().c_str());
     return out;
 }
