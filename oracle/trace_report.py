@@ -24,7 +24,7 @@ import numpy as np
 RECORD = np.dtype([("kind", "<u4"), ("n", "<u4"), ("k", "<u4"), ("block", "<u4"), ("sm", "<u4"), ("pad", "<u4"),
                    ("t", "<u8", (6,))])
 GEMV, FD_SPLIT, FD_MERGED = 1, 2, 3
-WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}
+WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0 + 4 / 128, "int4": 0.5 + 2 / 128}  # with the scales (fp8: a float per 128; int4: a bf16 per 128)
 LM_HEAD_MIN_ROWS = 32000  # the one GEMV this large: a step's boundary
 
 
