@@ -222,6 +222,13 @@ TEST_CASE("tools/quantize --calib: GPTQ from the engine's dumped inputs; bad cal
     };
     CHECK(error_of("--calib " + calib + " --damp 0", 2).find("--damp: '0' is not a number in (0, 1]") != std::string::npos);
     CHECK(error_of("--calib " + calib + ",," + calib, 2).find("--calib: empty folder name") != std::string::npos);
+    // An FP8 output projection (int4's default) is GPTQ'd from the final norm's dump, which must then exist.
+    CHECK(error_of("--calib " + calib + " --lm-head fp8", 1).find(calib + "/final_norm.npy: cannot open") != std::string::npos);
+    dump("final_norm", 40, 96);
+    REQUIRE(monocu_test::run_command(std::string(quantize) + " " + model + " " + (dir / "q4") + " --dtype fp8 --lm-head fp8 --calib " + calib, &out) == 0);
+    CHECK(out.find("(lm_head fp8 by GPTQ)") != std::string::npos);
+    REQUIRE(monocu_test::run_command(std::string(quantize) + " " + model + " " + (dir / "q5") + " --dtype fp8 --calib " + calib, &out) == 0);
+    CHECK(out.find("(lm_head bf16)") != std::string::npos);
     dump("layer_01_down_in", 40, 100);
     CHECK(error_of("--calib " + calib, 1).find(calib + "/layer_01_down_in.npy: expected [tokens][192]") != std::string::npos);
     std::remove((calib + "/layer_00_o_in.npy").c_str());

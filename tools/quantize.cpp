@@ -15,8 +15,9 @@
 // --calib quantizes the projections with GPTQ instead (gptq.h), in the same formats: each DIR is the
 // --dump-dir of a bf16 engine run with --dump-inputs over calibration text (never the text you evaluate
 // on), holding every layer's projection inputs (layer_NN_attn_in / o_in / mlp_in / down_in.npy); the tool
-// sums their Gram matrices over all DIRs. The output projection stays round-to-nearest. config.json's
-// quantization_config then also says "method": "gptq" and the number of calibration tokens.
+// sums their Gram matrices over all DIRs. An FP8 output projection is GPTQ'd too, from final_norm.npy (its
+// input, which every --dump-dir holds); a bf16 one stays as it is. config.json's quantization_config then
+// also says "method": "gptq" and the number of calibration tokens.
 #include <sys/stat.h>
 
 #include <fstream>
@@ -199,6 +200,14 @@ static int quantize(const std::string& in, const std::string& out, const std::st
     int64_t calib_tokens = 0;
     std::map<std::string, GptqFactor> factors;
     if (!calib.empty()) factors = calib_factors(projections, calib, damp, calib_tokens);
+    // The FP8 output projection's factor: its input is the final norm's output, dumped with every run.
+    std::unique_ptr<GptqFactor> head_factor;
+    const TensorView* head_t = ck.find("lm_head.weight") ? ck.find("lm_head.weight") : ck.find("model.embed_tokens.weight");
+    if (!calib.empty() && head == "fp8" && head_t) {
+        check_float_matrix(*head_t);
+        int64_t tok = 0;
+        head_factor = std::make_unique<GptqFactor>(calib_factor(calib, "final_norm", (int)head_t->shape[1], damp, tok));
+    }
     int n_proj = 0;
     for (const TensorView* t : tensors) {
         std::string prefix = t->name.substr(0, t->name.size() - 7);
@@ -207,7 +216,7 @@ static int quantize(const std::string& in, const std::string& out, const std::st
             dtype == "fp8" ? add_fp8(wr, prefix, *t, f) : add_int4(wr, prefix, *t, f);
             n_proj++;
         } else if (t->name == "lm_head.weight" && head == "fp8") {
-            add_fp8(wr, "lm_head", *t);
+            add_fp8(wr, "lm_head", *t, head_factor.get());
         } else {
             add_copy(wr, *t);
         }
@@ -216,7 +225,7 @@ static int quantize(const std::string& in, const std::string& out, const std::st
     if (!ck.find("lm_head.weight") && head == "fp8") {
         const TensorView* emb = ck.find("model.embed_tokens.weight");
         if (!emb) die("%s: neither lm_head.weight nor model.embed_tokens.weight", in.c_str());
-        add_fp8(wr, "lm_head", *emb);  // tied: the output projection gets its own FP8 copy
+        add_fp8(wr, "lm_head", *emb, head_factor.get());  // tied: the output projection gets its own FP8 copy
     }
     wr.write(out + "/model.safetensors", {{"format", "pt"}});
     cfg["quantization_config"] = {{"quant_method", "monocu"}, {"weights", dtype}, {"lm_head", head}};
@@ -225,9 +234,9 @@ static int quantize(const std::string& in, const std::string& out, const std::st
     for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
         copy_file_if_present(in + "/" + f, out + "/" + f);
     Checkpoint check = Checkpoint::open(out);  // what we wrote must pass our own validation
-    std::printf("quantize: %d projections to %s%s (lm_head %s); %s: %zu tensors, %.2f MiB\n", n_proj, dtype.c_str(),
-                calib.empty() ? "" : strf(" by GPTQ over %lld calibration tokens", (long long)calib_tokens).c_str(), head.c_str(), out.c_str(),
-                check.tensors().size(), check.total_bytes() / 1048576.0);
+    std::printf("quantize: %d projections to %s%s (lm_head %s%s); %s: %zu tensors, %.2f MiB\n", n_proj, dtype.c_str(),
+                calib.empty() ? "" : strf(" by GPTQ over %lld calibration tokens", (long long)calib_tokens).c_str(), head.c_str(),
+                head_factor ? " by GPTQ" : "", out.c_str(), check.tensors().size(), check.total_bytes() / 1048576.0);
     return 0;
 }
 
