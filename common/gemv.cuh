@@ -32,11 +32,12 @@
 //   fp8:  16 weights; x staged fp16 and pre-scaled by 2^-8; the e4m3 pairs convert to half2 in one
 //         instruction and multiply-add as half2 (8 HFMA2), the chunk's half2 sum is widened to fp32 (~22).
 //         Pre-scaling keeps |w x| <= 448 * (|x| / 256) far inside fp16 range; the 2^8 comes back at the end.
-//   int4: 32 weights; x staged fp16, pre-scaled by 2^-4, pairs ordered (x0,x4)(x1,x5)(x2,x6)(x3,x7) per 8;
-//         nibbles become half2 (1024 + u, or 1024 + 16u for the odd ones, read without a shift) by OR-ing
-//         0x6400 (the fp16 exponent of 1024) under a mask, one HSUB2 or HFMA2 makes them q = u - 8
-//         exactly, one HFMA2 multiplies (~58). fp16 partial sums of 16 products
-//         are widened per chunk and scaled by the group's scale.
+//   int4: 32 weights; x staged as int8 per chunk of 32 with a scale (max |x| / 127); per 8 weights two
+//         masks pick the even and odd nibbles as bytes, two dp4a multiply-add them with the matching 4 x
+//         each (~5 per 8 weights); the int32 sum, less 8 x the chunk's sum of x codes, is scaled once
+//         (~24; ~58 when it was fp16 HFMA2 on x staged in fp16: Qwen3-4B int4 decode 577 -> 608 tok/s,
+//         8B 408 -> 437). The int8 rounding of x is small next to INT4's own error: on the shipped model
+//         (numpy, kb/status.md) it alone moves the logits by 0.6%, INT4 by 9.1%, both together by 9.1%.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -60,14 +61,14 @@ enum class GemvInput { BF16, F32_RMSNORM };
 enum class GemvOutput { STORE_F32, ADD_F32, SWIGLU_BF16 };
 
 constexpr int kGemvLoadsInFlight = 8, kGemvWarps = 8;  // 16-byte weight loads per lane per batch; warps per block
-constexpr size_t kGemvMaxSmem = 96 * 1024;             // dynamic shared memory a GEMV block may ask for
+constexpr size_t kGemvMaxSmem = 128 * 1024;            // dynamic shared memory a GEMV block may ask for
 
 // At most 3 GEMV blocks (24 warps) share an SM. The bf16 kernels without a fused norm need 64 registers,
 // which would let 4 in; held to 3 (by asking for more shared memory than they use), the decode step got
 // faster: Qwen3-0.6B bf16 1,247 -> 1,315 tok/s, 8B 175.4 -> 179.5, 4B 310.7 -> 313.4 (H100, sixth session;
 // o_proj and down_proj 10-15% faster in the step). Every other GEMV is held to 2-3 by its registers already.
 constexpr int kGemvMaxBlocksPerSm = 3;
-constexpr float kFp8XScale = 1.f / 256.f, kInt4XScale = 1.f / 16.f;
+constexpr float kFp8XScale = 1.f / 256.f;
 
 // Bytes a GEMV asks L2 to fetch for the projection after it, split evenly over its blocks; empty by default.
 // Each block asks before its wait for the previous kernel (while that one still runs), or with after_wait
@@ -124,12 +125,15 @@ __device__ __forceinline__ void gemv_write(float acc0, float acc1, int row0, int
 
 // ---- the weight formats: how x is staged, and one 16-byte chunk dotted with it ----
 
+// Each format stages x for its dot product: bf16 and FP8 in place of the bf16 copy (front_bytes 0), INT4 as
+// records in front of it (its staged form is smaller than bf16, and converting in place would overwrite
+// elements other threads have not read yet).
 struct Bf16Weights {
     static constexpr int kPerChunk = 8;  // weights per 16 bytes
     static constexpr int kWideRows = 2;  // rows per warp where a projection has rows to spare (gemv_layout)
-    static constexpr size_t smem_bytes(int K) { return (size_t)K * 2; }
+    static constexpr size_t front_bytes(int) { return 0; }
     // Stores elements i .. i+7 (i a multiple of 8) in the form dot() reads: one 16-byte store.
-    static __device__ __forceinline__ void stage8(void* xs, int i, const float* v) { static_cast<uint4*>(xs)[i / 8] = float8_to_bf16x8(v); }
+    static __device__ __forceinline__ void stage8(void* xs, int i, const float* v, unsigned) { static_cast<uint4*>(xs)[i / 8] = float8_to_bf16x8(v); }
     static __device__ __forceinline__ float dot(uint4 w, const void* xs, int chunk) {
         uint4 x = static_cast<const uint4*>(xs)[chunk];
         const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
@@ -148,8 +152,8 @@ struct Bf16Weights {
 struct Fp8Weights {
     static constexpr int kPerChunk = 16;
     static constexpr int kWideRows = 4;
-    static constexpr size_t smem_bytes(int K) { return (size_t)K * 2; }
-    static __device__ __forceinline__ void stage8(void* xs, int i, const float* v) {
+    static constexpr size_t front_bytes(int) { return 0; }
+    static __device__ __forceinline__ void stage8(void* xs, int i, const float* v, unsigned) {
         uint4 r;
         __half2* p = reinterpret_cast<__half2*>(&r);
 #pragma unroll
@@ -170,41 +174,49 @@ struct Fp8Weights {
     }
 };
 
+// INT4 multiplies on the integer dot-product units: x is quantized to int8 per chunk of 32 inputs (scale =
+// max |x| / 127), and dp4a multiplies 4 nibbles by 4 int8 x at a time (W4A8, as llama.cpp's int4 x q8_1 dot).
+// The record of a chunk (48 bytes): its 32 x as int8, ordered per 8 as (x0, x2, x4, x6)(x1, x3, x5, x7), the
+// order in which a masked 32-bit word of nibbles holds its even and odd elements; then the scale and the sum
+// of the 32 codes (the -8 of the storage offset comes out of the sum: sum (u - 8) x = sum u x - 8 sum x).
 struct Int4Weights {
     static constexpr int kPerChunk = 32;
     static constexpr int kWideRows = 4;
-    static constexpr size_t smem_bytes(int K) { return (size_t)K * 2; }
-    // Each run of 8 is stored as (x0,x4)(x1,x5)(x2,x6)(x3,x7): the order the nibble masks produce.
-    static __device__ __forceinline__ void stage8(void* xs, int i, const float* v) {
-        uint4 r;
-        __half2* p = reinterpret_cast<__half2*>(&r);
+    static constexpr int kRecord = 48;
+    static constexpr size_t front_bytes(int n) { return (size_t)n / 32 * kRecord; }
+    // The 4 threads of a chunk (consecutive lanes, elements i .. i + 31, active together: n is a multiple of
+    // 32) share its scale and sum by shuffles among the warp's active lanes.
+    static __device__ __forceinline__ void stage8(void* xs, int i, const float* v, unsigned lanes) {
+        float amax = 0.f;
 #pragma unroll
-        for (int k = 0; k < 4; k++) p[k] = __floats2half2_rn(v[k] * kInt4XScale, v[k + 4] * kInt4XScale);
-        static_cast<uint4*>(xs)[i / 8] = r;
+        for (int k = 0; k < 8; k++) amax = fmaxf(amax, fabsf(v[k]));
+        amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 2));
+        const float inv = amax > 0.f ? 127.f / amax : 0.f;
+        int q[8], sum = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) q[k] = __float2int_rn(v[k] * inv), sum += q[k];
+        sum += __shfl_xor_sync(lanes, sum, 1);
+        sum += __shfl_xor_sync(lanes, sum, 2);
+        unsigned char* rec = static_cast<unsigned char*>(xs) + (size_t)(i / 32) * kRecord;
+        auto pack = [](int a, int b, int c, int d) { return (uint32_t)(a & 0xFF) | (uint32_t)(b & 0xFF) << 8 | (uint32_t)(c & 0xFF) << 16 | (uint32_t)d << 24; };
+        *reinterpret_cast<uint2*>(rec + i % 32) = make_uint2(pack(q[0], q[2], q[4], q[6]), pack(q[1], q[3], q[5], q[7]));
+        if (i % 32 == 0) *reinterpret_cast<float2*>(rec + 32) = make_float2(amax / 127.f, (float)sum);
     }
     // Sum over the chunk's 32 weights of (u - 8) x, before the group scale.
     static __device__ __forceinline__ float dot(uint4 w, const void* xs, int chunk) {
-        const __half2* x = static_cast<const __half2*>(xs) + chunk * 16;
+        const unsigned char* rec = static_cast<const unsigned char*>(xs) + (size_t)chunk * kRecord;
+        uint4 xa = *reinterpret_cast<const uint4*>(rec), xb = *reinterpret_cast<const uint4*>(rec + 16);
+        float2 scale_sum = *reinterpret_cast<const float2*>(rec + 32);
+        const int x[8] = {(int)xa.x, (int)xa.y, (int)xa.z, (int)xa.w, (int)xb.x, (int)xb.y, (int)xb.z, (int)xb.w};
         const uint32_t* p = reinterpret_cast<const uint32_t*>(&w);
-        const __half2 bias = __float2half2_rn(1032.f);   // 1024 from the exponent trick, 8 from the storage offset
-        const __half2 sixteenth = __float2half2_rn(1.f / 16), bias16 = __float2half2_rn(72.f);  // (1024 + 16u) / 16 - 72
-        __half2 acc = __float2half2_rn(0.f);
+        int acc = 0;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            // Nibbles s and s + 4 sit in the two halves' bits 4s..4s+3. Without shifting, the mask 0x00F0 gives
-            // 1024 + 16u for s = 1 (exact in fp16), undone by one multiply-add; one shift by 8 serves s = 2, 3.
-            uint32_t lo = p[j], hi = p[j] >> 8;
-            uint32_t t[4] = {(lo & 0x000F000Fu) | 0x64006400u, (lo & 0x00F000F0u) | 0x64006400u, (hi & 0x000F000Fu) | 0x64006400u,
-                             (hi & 0x00F000F0u) | 0x64006400u};
-#pragma unroll
-            for (int s = 0; s < 4; s++) {
-                __half2 v = *reinterpret_cast<__half2*>(&t[s]);
-                __half2 q = s % 2 ? __hfma2(v, sixteenth, __hneg2(bias16)) : __hsub2(v, bias);  // exactly u - 8
-                acc = __hfma2(q, x[j * 4 + s], acc);
-            }
+        for (int j = 0; j < 4; j++) {  // nibbles are 0..15: as signed bytes they are the same numbers
+            acc = __dp4a((int)(p[j] & 0x0F0F0F0Fu), x[2 * j], acc);
+            acc = __dp4a((int)((p[j] >> 4) & 0x0F0F0F0Fu), x[2 * j + 1], acc);
         }
-        float2 f = __half22float2(acc);
-        return (f.x + f.y) * (1.f / kInt4XScale);
+        return fmaf(-8.f, scale_sum.y, (float)acc) * scale_sum.x;
     }
 };
 
@@ -234,23 +246,25 @@ __device__ __forceinline__ float row_scale(const Linear& L, int row) {
 // L1, where the SM's earlier blocks left x) and waits once. Loads into registers instead queued behind the block's own weight loads, one round trip per
 // 2,048 elements (a decode-step timeline, oracle/trace_report.py: 2-3.6 us per block for the fused RMSNorm
 // of 4B's qkv and gate_up); copies that skip L1 (cp.async.cg) were slower still (kb/status.md).
-//   BF16 input: copied as is; formats that stage fp16 then convert each chunk in place (the thread that
-//     copied a chunk converts it, so no barrier is needed in between).
+//   BF16 input: copied as is; FP8 then converts each chunk to fp16 in place (the thread that copied a chunk
+//     converts it, so no barrier is needed in between), INT4 writes its int8 records in front of the copy.
 //   Fused RMSNorm: all of the fp32 x goes to a second area (the sum of squares needs all of it), the norm
 //     weights of the part to the staged area; then x / rms * w, rounded to bf16 exactly as the prefill
-//     path's rmsnorm kernel rounds it, replaces the weights chunk by chunk.
+//     path's rmsnorm kernel rounds it, goes to F's form chunk by chunk.
 struct GemvXArea {
-    bf16* staged;  // n elements: bf16 as copied, then F's form
+    bf16* staged;  // n elements: bf16 as copied, then F's form (INT4: records in front of it)
     float* raw;    // fused RMSNorm: x[0, K) in fp32
     int first, step;  // this thread's chunks of 8 elements: first, first + step, ...
 };
+template <class F>
 __device__ __forceinline__ GemvXArea gemv_x_area(unsigned char* smem, int n) {
-    return GemvXArea{reinterpret_cast<bf16*>(smem), reinterpret_cast<float*>(smem + (size_t)n * 2), (int)threadIdx.x * 8, (int)blockDim.x * 8};
+    unsigned char* staged = smem + F::front_bytes(n);
+    return GemvXArea{reinterpret_cast<bf16*>(staged), reinterpret_cast<float*>(staged + (size_t)n * 2), (int)threadIdx.x * 8, (int)blockDim.x * 8};
 }
 
 template <class F, GemvInput IN>
 __device__ __forceinline__ void gemv_stage_x_issue(const void* x_in, const bf16* norm_w, int K, int k0, int n, unsigned char* smem) {
-    const auto [staged, raw, first, step] = gemv_x_area(smem, n);
+    const auto [staged, raw, first, step] = gemv_x_area<F>(smem, n);
     if constexpr (IN == GemvInput::F32_RMSNORM) {
         const float* x = static_cast<const float*>(x_in);
         for (int i = first; i < K; i += step) cp_async_16_ca(raw + i, x + i), cp_async_16_ca(raw + i + 4, x + i + 4);
@@ -264,7 +278,7 @@ __device__ __forceinline__ void gemv_stage_x_issue(const void* x_in, const bf16*
 template <class F, GemvInput IN>
 __device__ __forceinline__ void gemv_stage_x_finish(float eps, int K, int k0, int n, unsigned char* smem) {
     constexpr bool kNorm = IN == GemvInput::F32_RMSNORM;
-    const auto [staged, raw, first, step] = gemv_x_area(smem, n);
+    const auto [staged, raw, first, step] = gemv_x_area<F>(smem, n);
     cp_async_wait<0>();
     float inv = 1.f;
     if constexpr (kNorm) {
@@ -276,14 +290,17 @@ __device__ __forceinline__ void gemv_stage_x_finish(float eps, int K, int k0, in
         inv = rsqrtf(block_sum(ss) / K + eps);  // its barriers also make every thread's copies visible to all
     }
     if (kNorm || !std::is_same<F, Bf16Weights>::value) {
-        for (int i = first; i < n; i += step) {
+        const int lane8 = (threadIdx.x & 31) * 8;
+        for (int i = first; i - lane8 < n; i += step) {  // the same trip count for every lane of a warp
+            const unsigned lanes = __ballot_sync(0xffffffffu, i < n);
+            if (i >= n) continue;
             float v[8];
             bf16x8_to_float(*reinterpret_cast<const uint4*>(staged + i), v);
             if constexpr (kNorm) {
 #pragma unroll
                 for (int k = 0; k < 8; k++) v[k] = __bfloat162float(__float2bfloat16_rn(raw[k0 + i + k] * inv * v[k]));
             }
-            F::stage8(smem, i, v);
+            F::stage8(smem, i, v, lanes);
         }
     }
     __syncthreads();
@@ -292,7 +309,7 @@ __device__ __forceinline__ void gemv_stage_x_finish(float eps, int K, int k0, in
 // Shared memory a block needs: x's part in F's form, and for the fused RMSNorm all of x in fp32.
 template <class F, GemvInput IN>
 constexpr size_t gemv_smem_bytes(int K, int S) {
-    return F::smem_bytes(K / S) + (IN == GemvInput::F32_RMSNORM ? (size_t)K * 4 : 0);
+    return F::front_bytes(K / S) + (size_t)(K / S) * 2 + (IN == GemvInput::F32_RMSNORM ? (size_t)K * 4 : 0);
 }
 
 // Work layout: each warp owns R consecutive rows (2, or 4 for FP8 and INT4 where gemv_layout allows: their
