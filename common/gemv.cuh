@@ -199,7 +199,7 @@ struct Int4Weights {
         sum += __shfl_xor_sync(lanes, sum, 1);
         sum += __shfl_xor_sync(lanes, sum, 2);
         unsigned char* rec = static_cast<unsigned char*>(xs) + (size_t)(i / 32) * kRecord;
-        auto pack = [](int a, int b, int c, int d) { return (uint32_t)(a & 0xFF) | (uint32_t)(b & 0xFF) << 8 | (uint32_t)(c & 0xFF) << 16 | (uint32_t)d << 24; };
+        auto pack = [](int a, int b, int c, int d) { return (uint32_t)(a & 0xFF) | (uint32_t)(b & 0xFF) << 8 | (uint32_t)(c & 0xFF) << 16 | (uint32_t)(d & 0xFF) << 24; };
         *reinterpret_cast<uint2*>(rec + i % 32) = make_uint2(pack(q[0], q[2], q[4], q[6]), pack(q[1], q[3], q[5], q[7]));
         if (i % 32 == 0) *reinterpret_cast<float2*>(rec + 32) = make_float2(amax / 127.f, (float)sum);
     }

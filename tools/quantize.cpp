@@ -200,13 +200,16 @@ static int quantize(const std::string& in, const std::string& out, const std::st
     int64_t calib_tokens = 0;
     std::map<std::string, GptqFactor> factors;
     if (!calib.empty()) factors = calib_factors(projections, calib, damp, calib_tokens);
-    // The FP8 output projection's factor: its input is the final norm's output, dumped with every run.
+    // An FP8 output projection: lm_head.weight, or embed_tokens when the model ties them (its own FP8 copy).
+    // With --calib it is GPTQ'd from the final norm's output, which every calibration dump holds.
+    const TensorView* head_src = nullptr;
     std::unique_ptr<GptqFactor> head_factor;
-    const TensorView* head_t = ck.find("lm_head.weight") ? ck.find("lm_head.weight") : ck.find("model.embed_tokens.weight");
-    if (!calib.empty() && head == "fp8" && head_t) {
-        check_float_matrix(*head_t);
+    if (head == "fp8") {
+        head_src = ck.find("lm_head.weight") ? ck.find("lm_head.weight") : ck.find("model.embed_tokens.weight");
+        if (!head_src) die("%s: neither lm_head.weight nor model.embed_tokens.weight", in.c_str());
+        check_float_matrix(*head_src);
         int64_t tok = 0;
-        head_factor = std::make_unique<GptqFactor>(calib_factor(calib, "final_norm", (int)head_t->shape[1], damp, tok));
+        if (!calib.empty()) head_factor = std::make_unique<GptqFactor>(calib_factor(calib, "final_norm", (int)head_src->shape[1], damp, tok));
     }
     int n_proj = 0;
     for (const TensorView* t : tensors) {
@@ -215,18 +218,12 @@ static int quantize(const std::string& in, const std::string& out, const std::st
             const GptqFactor* f = calib.empty() ? nullptr : &factors.at(calib_input_name(t->name));
             dtype == "fp8" ? add_fp8(wr, prefix, *t, f) : add_int4(wr, prefix, *t, f);
             n_proj++;
-        } else if (t->name == "lm_head.weight" && head == "fp8") {
-            add_fp8(wr, "lm_head", *t, head_factor.get());
-        } else {
+        } else if (!head_src || t->name != "lm_head.weight") {  // an FP8 head is written below
             add_copy(wr, *t);
         }
     }
     if (n_proj == 0) die("%s: no q/k/v/o/gate/up/down_proj weights to quantize", in.c_str());
-    if (!ck.find("lm_head.weight") && head == "fp8") {
-        const TensorView* emb = ck.find("model.embed_tokens.weight");
-        if (!emb) die("%s: neither lm_head.weight nor model.embed_tokens.weight", in.c_str());
-        add_fp8(wr, "lm_head", *emb, head_factor.get());  // tied: the output projection gets its own FP8 copy
-    }
+    if (head_src) add_fp8(wr, "lm_head", *head_src, head_factor.get());
     wr.write(out + "/model.safetensors", {{"format", "pt"}});
     cfg["quantization_config"] = {{"quant_method", "monocu"}, {"weights", dtype}, {"lm_head", head}};
     if (!calib.empty()) cfg["quantization_config"]["method"] = "gptq", cfg["quantization_config"]["calibration_tokens"] = calib_tokens;
