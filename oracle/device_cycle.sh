@@ -10,7 +10,8 @@
 #   tiny          make the tiny test models + float32 dumps (tests/data/models), then the engine test on them
 #   fid PRESET INIT_STD EMBED_STD
 #                 random-weight model at a real shape: transformers fp32 + bf16 dumps of a 512-token prompt,
-#                 the engine's dump, oracle/compare.py (table + plot)
+#                 the engine's dump, oracle/compare.py (table + plot); FID_SEEDS="7 8 9 10"
+#                 runs more prompts on the same model (7, the default, is the prompt of every earlier record)
 #   bench PRESETS oracle/bench.py (make bench) on the comma-separated presets
 #   train_start / train_wait   oracle/train_tiny.py in the background (models/pycoder-13m) / wait for it
 #   goldens       dumps + transformers greedy 128 tokens for the shipped model's 3 golden prompts
@@ -55,16 +56,20 @@ random_ids() {  # N VOCAB SEED -> stdout
   python3 -c "import numpy as np; print(' '.join(map(str, np.random.default_rng($3).integers(0, $2, $1))))"
 }
 
-stage_fid() {  # PRESET INIT_STD EMBED_STD
-  local p=$1 m=$W/$1-$2-$3
+stage_fid() {  # PRESET INIT_STD EMBED_STD; FID_SEEDS="7 8 .." for more prompts (default 7)
+  local p=$1 m=$W/$1-$2-$3 seed tag
   [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$p" --out "$m" --shard 2GB --init-std "$2" --embed-std "$3" > /dev/null
-  random_ids 512 151936 7 > "$W/$p.ids"
-  python3 oracle/dump.py --model "$m" --ids "$W/$p.ids" --out "$W/$p.ref32" --dtype float32
-  python3 oracle/dump.py --model "$m" --ids "$W/$p.ids" --out "$W/$p.ref16" --dtype bfloat16
-  "$B"/qwen3 -m "$m" --ids "$W/$p.ids" --dump-dir "$W/$p.ours" -n 1 --temp 0 -q > /dev/null
-  python3 oracle/compare.py --ours "$W/$p.ours" --ref "$W/$p.ref32" --ref-bf16 "$W/$p.ref16" \
-    --plot "$R/fid_$p-$2-$3.png" --title "$p (random, init std $2, embeddings $3) vs transformers fp32" | tee "$R/fid_$p-$2-$3.txt"
-  rm -rf "$W/$p.ref32" "$W/$p.ref16" "$W/$p.ours" "$m"
+  for seed in ${FID_SEEDS:-7}; do
+    tag=$p-$2-$3; [ "$seed" = 7 ] || tag=$tag-s$seed
+    random_ids 512 151936 "$seed" > "$W/$p.ids"
+    python3 oracle/dump.py --model "$m" --ids "$W/$p.ids" --out "$W/$p.ref32" --dtype float32
+    python3 oracle/dump.py --model "$m" --ids "$W/$p.ids" --out "$W/$p.ref16" --dtype bfloat16
+    "$B"/qwen3 -m "$m" --ids "$W/$p.ids" --dump-dir "$W/$p.ours" -n 1 --temp 0 -q > /dev/null
+    python3 oracle/compare.py --ours "$W/$p.ours" --ref "$W/$p.ref32" --ref-bf16 "$W/$p.ref16" \
+      --plot "$R/fid_$tag.png" --title "$p (random, init std $2, embeddings $3, prompt seed $seed) vs transformers fp32" | tee "$R/fid_$tag.txt"
+    rm -rf "$W/$p.ref32" "$W/$p.ref16" "$W/$p.ours"
+  done
+  rm -rf "$m"
 }
 
 stage_bench() {  # PRESETS (comma-separated) [HF_CONTEXTS]: oracle/bench.py, the `make bench` matrix
