@@ -60,7 +60,7 @@ stage_fid() {  # PRESET INIT_STD EMBED_STD; FID_SEEDS="7 8 .." for more prompts 
   local p=$1 m=$W/$1-$2-$3 seed tag
   [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$p" --out "$m" --shard 2GB --init-std "$2" --embed-std "$3" > /dev/null
   for seed in ${FID_SEEDS:-7}; do
-    tag=$p-$2-$3; [ "$seed" = 7 ] || tag=$tag-s$seed
+    tag=$p-$2-$3-s$seed
     random_ids 512 151936 "$seed" > "$W/$p.ids"
     python3 oracle/dump.py --model "$m" --ids "$W/$p.ids" --out "$W/$p.ref32" --dtype float32
     python3 oracle/dump.py --model "$m" --ids "$W/$p.ids" --out "$W/$p.ref16" --dtype bfloat16
