@@ -53,7 +53,7 @@ struct Options {
     std::string timeline_file; // --timeline: with --bench, in a profiling build (make trace): block timestamps
     bool cuda_graphs = true;   // --no-cuda-graphs turns capture of the decode step off
     bool pdl = true;           // --no-pdl: no programmatic dependent launch (kernels do not overlap)
-    bool kv_prefill_cache = false;  // --kv-prefill-cache: a prompt's attention reads the FP8 cache, as decode does
+    bool kv_prefill_cache = false;  // --kv-prefill-cache: a prompt's attention reads the KV cache, as decode does
     bool quiet = false, verbose = false, help = false;
 };
 
@@ -78,8 +78,8 @@ inline void print_usage(FILE* out, const char* engine) {
                  "  -s, --seed N           sampling seed (default: from the clock)\n"
                  "      --dtype T          weights on the GPU: bf16 | fp8 | int4 (default bf16)\n"
                  "      --kv-type T        KV cache: bf16 | fp8 (default bf16)\n"
-                 "      --kv-prefill-cache with --kv-type fp8: the prompt attends through the FP8 cache, as decode\n"
-                 "                         does, not to its own bf16 keys (to measure what the cache's rounding costs)\n"
+                 "      --kv-prefill-cache the prompt attends through the KV cache, as decode does, not to its own\n"
+                 "                         fp16 keys (to measure what the cache's rounding costs)\n"
                  "      --dump-dir DIR     write float32 .npy activations for the prompt positions (oracle taps)\n"
                  "      --dump-inputs      with --dump-dir: also each layer's projection inputs (calibration for\n"
                  "                         tools/quantize --calib)\n"

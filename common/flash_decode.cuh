@@ -563,6 +563,7 @@ inline void flash_decode_split_dispatch(const FlashDecode& fd, const bf16* q, co
 
 inline void flash_decode_any(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, KvType type, const KvLayer& kv, const int* d_pos,
                              bf16* out, cudaStream_t stream) {
+    if (type == KvType::F16) die("flash_decode: reads a bf16 or FP8 cache, not fp16");
     if (fd.head_dim == 64) {
         if (type == KvType::BF16) flash_decode_split_dispatch<64, KvType::BF16>(fd, q, in, kv, d_pos, out, stream);
         else flash_decode_split_dispatch<64, KvType::FP8>(fd, q, in, kv, d_pos, out, stream);

@@ -94,6 +94,21 @@ __device__ __forceinline__ uint4 float8_to_bf16x8(const float* f) {
     return v;
 }
 
+// 8 floats rounded to fp16 as one 16-byte value, clamped to fp16's largest finite value (65504) so that an
+// out-of-range activation saturates instead of becoming inf (a NaN stays NaN). fp16 keeps 3 more mantissa
+// bits than bf16; the prefill attention computes in it (attention.cuh).
+__device__ __forceinline__ float clamp_to_half_range(float x) {
+    constexpr float kMax = 65504.f;
+    return x > kMax ? kMax : x < -kMax ? -kMax : x;
+}
+__device__ __forceinline__ uint4 float8_to_half8_sat(const float* f) {
+    uint4 v;
+    __half2* p = reinterpret_cast<__half2*>(&v);
+#pragma unroll
+    for (int k = 0; k < 4; k++) p[k] = __floats2half2_rn(clamp_to_half_range(f[2 * k]), clamp_to_half_range(f[2 * k + 1]));
+    return v;
+}
+
 // 8 floats from a 16-byte aligned address (two 16-byte loads).
 __device__ __forceinline__ void load_float8(const float* p, float* x) {
     float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];

@@ -1,4 +1,5 @@
-// kv_cache.cuh — the KV cache: bf16, or FP8 E4M3 with one scale per (token, head).
+// kv_cache.cuh — the KV cache: bf16, or FP8 E4M3 with one scale per (token, head). (F16 names only the
+// prefill's fp16 copy of a chunk's own keys and values, attention.cuh; no cache is made of it.)
 //
 // Usage:
 //   KvCache kv = kv_cache_create(KvType::FP8, n_layers, n_kv, ctx, head_dim, mem);
@@ -18,10 +19,10 @@
 
 namespace monocu {
 
-enum class KvType { BF16, FP8 };
+enum class KvType { BF16, FP8, F16 };
 
 struct KvLayer {
-    void* k = nullptr;          // [n_kv][ctx][head_dim] bf16 or e4m3
+    void* k = nullptr;          // [n_kv][ctx][head_dim] bf16, e4m3 (or fp16: the prefill's copy)
     void* v = nullptr;
     float* k_scale = nullptr;   // [n_kv][ctx] (FP8 only)
     float* v_scale = nullptr;
@@ -33,7 +34,7 @@ struct KvCache {
     uint8_t *k = nullptr, *v = nullptr;
     float *k_scale = nullptr, *v_scale = nullptr;
 
-    size_t elem_bytes() const { return type == KvType::BF16 ? 2 : 1; }
+    size_t elem_bytes() const { return type == KvType::FP8 ? 1 : 2; }
     size_t layer_elems() const { return (size_t)n_kv * ctx * head_dim; }
     KvLayer layer(int l) const {
         KvLayer L;
@@ -48,6 +49,7 @@ struct KvCache {
 };
 
 inline KvCache kv_cache_create(KvType type, int layers, int n_kv, int ctx, int head_dim, GpuMemory& mem) {
+    if (type == KvType::F16) die("kv_cache_create: an fp16 KV cache is not supported (bf16, fp8)");
     KvCache c;
     c.type = type, c.layers = layers, c.n_kv = n_kv, c.ctx = ctx, c.head_dim = head_dim;
     size_t n = (size_t)layers * c.layer_elems() * c.elem_bytes();
@@ -61,13 +63,16 @@ inline KvCache kv_cache_create(KvType type, int layers, int n_kv, int ctx, int h
 }
 
 // Lanes dl = 0 .. LPK-1 of an aligned group hold one head row of the cache (head_dim = 8 LPK), 8 elements
-// each. kv_pack_8 puts a lane's 8 in the cache's form: bf16 (16 bytes of `packed`), or e4m3 (its first 8
+// each. kv_pack_8 puts a lane's 8 in the cache's form: bf16 or fp16 (16 bytes of `packed`), or e4m3 (its first 8
 // bytes) divided by the row's scale, which it returns (amax / 448 over the row: a shuffle over the group, so
 // every lane of the warp calls it). kv_put_8 stores them.
 template <KvType KV, int LPK>
 __device__ __forceinline__ float kv_pack_8(const float* x, uint4& packed) {
     if constexpr (KV == KvType::BF16) {
         packed = float8_to_bf16x8(x);
+        return 1.f;
+    } else if constexpr (KV == KvType::F16) {
+        packed = float8_to_half8_sat(x);
         return 1.f;
     } else {
         float amax = 0.f;
@@ -88,8 +93,8 @@ __device__ __forceinline__ float kv_pack_8(const float* x, uint4& packed) {
 template <KvType KV, int LPK>
 __device__ __forceinline__ void kv_put_8(void* cache, float* scales, size_t row, int dl, uint4 packed, float scale) {
     constexpr int hd = 8 * LPK;
-    if constexpr (KV == KvType::BF16) {
-        *reinterpret_cast<uint4*>(static_cast<bf16*>(cache) + row * hd + dl * 8) = packed;
+    if constexpr (KV != KvType::FP8) {  // 16-bit elements
+        *reinterpret_cast<uint4*>(static_cast<uint16_t*>(cache) + row * hd + dl * 8) = packed;
     } else {
         *reinterpret_cast<uint2*>(static_cast<uint8_t*>(cache) + row * hd + dl * 8) = make_uint2(packed.x, packed.y);
         if (dl == 0) scales[row] = scale;

@@ -168,7 +168,7 @@ static size_t dequant_scratch_elems(const Weights& w, bool dumping) {
 struct State {
     float* x;          // [chunk][dim]               residual stream
     float* qkv;        // [chunk][q_dim + 2 kv_dim]  projections before norm/rope
-    bf16* q;           // [chunk][q_dim]             queries after q_norm and rope
+    __half* q;         // [chunk][q_dim]             queries after q_norm and rope (fp16: attention.cuh)
     bf16* att;         // [chunk][q_dim]             attention output
     bf16* h;           // [chunk][ffn]               silu(gate) * up
     bf16* xb;          // [chunk][dim]               normalised input of a prefill matmul
@@ -176,7 +176,7 @@ struct State {
     float* logits;     // [1 or chunk][vocab]   every prompt row only when dumping
     float* last_logits;  // the last token's row of logits: what the sampler reads
     KvCache kv;        // [n_layers][n_kv][ctx][head_dim], bf16 or FP8 (kv_cache.cuh)
-    KvLayer fresh;     // FP8 cache: bf16 [n_kv][chunk][head_dim] keys and values of a first prefill chunk (or none:
+    KvLayer fresh;     // fp16 [n_kv][chunk][head_dim] keys and values of a first prefill chunk (or none:
                        // --kv-prefill-cache)
     bf16* wb;          // [largest quantized projection] its bf16 copy during prefill
     size_t wb_elems;
@@ -196,16 +196,16 @@ static void alloc_state(State& s, const Config& c, const Weights& w, KvType kv_t
     int logit_rows = dumping ? kPrefillChunk : 1;
     s.x = mem.alloc<float>(T * c.dim, "activations");
     s.qkv = mem.alloc<float>(T * (c.q_dim + 2 * c.kv_dim), "activations");
-    s.q = mem.alloc<bf16>(T * c.q_dim, "activations");
+    s.q = mem.alloc<__half>(T * c.q_dim, "activations");
     s.att = mem.alloc<bf16>(T * c.q_dim, "activations");
     s.h = mem.alloc<bf16>(T * c.ffn, "activations");
     s.xb = mem.alloc<bf16>(T * c.dim, "activations");
     s.gu = mem.alloc<float>(T * 2 * c.ffn, "activations");
     s.logits = mem.alloc<float>((size_t)logit_rows * c.vocab, "activations");
     s.kv = kv_cache_create(kv_type, c.n_layers, c.n_kv, c.ctx, c.head_dim, mem);
-    if (kv_type == KvType::FP8 && !prefill_via_cache) {
-        s.fresh.k = mem.alloc<bf16>(T * c.kv_dim, "activations");
-        s.fresh.v = mem.alloc<bf16>(T * c.kv_dim, "activations");
+    if (!prefill_via_cache) {
+        s.fresh.k = mem.alloc<__half>(T * c.kv_dim, "activations");
+        s.fresh.v = mem.alloc<__half>(T * c.kv_dim, "activations");
     }
     s.wb_elems = dequant_scratch_elems(w, dumping);
     s.wb = s.wb_elems ? mem.alloc<bf16>(s.wb_elems, "workspace") : nullptr;
@@ -224,25 +224,26 @@ static void alloc_state(State& s, const Config& c, const Weights& w, KvType kv_t
 
 static __global__ void advance_pos_kernel(int* pos, int n) { *pos += n; }
 
-// The keys and values a prefill chunk's attention reads. The cache, except that with an FP8 cache a chunk at
-// position 0 (a whole prompt of up to kPrefillChunk tokens) reads its own keys and values in bf16, as computed,
-// from s.fresh, which the q/k norm kernel fills beside the cache: as transformers attends over a prompt (the
-// cache's rounding then only affects decode), and without the per-tile e4m3 conversion (kb/status.md). Later
-// chunks need earlier positions, which only the cache holds; so does --kv-prefill-cache (no s.fresh), which
-// oracle/quant_eval.py uses to measure the cache's rounding.
+// The keys and values a prefill chunk's attention reads. The cache, except that a chunk at position 0 (a whole
+// prompt of up to kPrefillChunk tokens) reads its own keys and values in fp16, as computed, from s.fresh, which
+// the q/k norm kernel fills beside the cache: as transformers attends over a prompt, the cache's rounding (bf16
+// or e4m3) then only affects decode. fp16 keeps 3 more bits than a bf16 cache (attention.cuh says why that
+// matters), and an FP8 cache's per-tile conversion is skipped (kb/status.md). Later chunks need earlier
+// positions, which only the cache holds; so does --kv-prefill-cache (no s.fresh), which oracle/quant_eval.py
+// uses to measure the FP8 cache's rounding.
 struct PrefillKv {
     KvType type;    // what the attention reads
     KvLayer layer;
     int rows;       // per KV head
-    KvLayer copy;   // what the q/k norm kernel writes in bf16 besides the cache (s.fresh), or nothing
+    KvLayer copy;   // what the q/k norm kernel writes in fp16 besides the cache (s.fresh), or nothing
 };
 static PrefillKv prefill_kv(const Config& c, const State& s, int l, bool chunk_at_zero) {
-    if (s.fresh.k && chunk_at_zero) return PrefillKv{KvType::BF16, s.fresh, kPrefillChunk, s.fresh};
+    if (s.fresh.k && chunk_at_zero) return PrefillKv{KvType::F16, s.fresh, kPrefillChunk, s.fresh};
     return PrefillKv{s.kv.type, s.kv.layer(l), c.ctx, KvLayer{}};
 }
 
 // Prefill, layer l, T tokens: q = rope(q_norm(q)) into s.q, k = rope(k_norm(k)) and v into the cache (and the
-// bf16 copy prefill_kv names), from the projections in s.qkv.
+// fp16 copy prefill_kv names), from the projections in s.qkv.
 static void prefill_qk_norm_rope_cache(const Config& c, const Layer& L, State& s, int l, int T, bool chunk_at_zero, cudaStream_t st) {
     PrefillKv pk = prefill_kv(c, s, l, chunk_at_zero);
     qk_norm_rope_cache(s.qkv, T, s.d_pos, L.q_norm, L.k_norm, s.rope, s.q, s.kv.type, s.kv.layer(l), c.n_heads, c.n_kv, c.head_dim, c.ctx,

@@ -12,6 +12,8 @@
 #                 random-weight model at a real shape: transformers fp32 + bf16 dumps of a 512-token prompt,
 #                 the engine's dump, oracle/compare.py (table + plot); FID_SEEDS="7 8 9 10"
 #                 runs more prompts on the same model (7, the default, is the prompt of every earlier record)
+#   probe PRESET INIT_STD EMBED_STD
+#                 oracle/precision_probe.py on the fid stage's model and prompt(s): which bf16 rounding costs what
 #   bench PRESETS oracle/bench.py (make bench) on the comma-separated presets
 #   train_start / train_wait   oracle/train_tiny.py in the background (models/pycoder-13m) / wait for it
 #   goldens       dumps + transformers greedy 128 tokens for the shipped model's 3 golden prompts
@@ -68,6 +70,19 @@ stage_fid() {  # PRESET INIT_STD EMBED_STD; FID_SEEDS="7 8 .." for more prompts 
     python3 oracle/compare.py --ours "$W/$p.ours" --ref "$W/$p.ref32" --ref-bf16 "$W/$p.ref16" \
       --plot "$R/fid_$tag.png" --title "$p (random, init std $2, embeddings $3, prompt seed $seed) vs transformers fp32" | tee "$R/fid_$tag.txt"
     rm -rf "$W/$p.ref32" "$W/$p.ref16" "$W/$p.ours"
+  done
+  rm -rf "$m"
+}
+
+stage_probe() {  # PRESET INIT_STD EMBED_STD; FID_SEEDS as for fid; PROBE_SETS overrides the sets measured
+  local p=$1 m=$W/$1-$2-$3 seed
+  [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$p" --out "$m" --shard 2GB --init-std "$2" --embed-std "$3" > /dev/null
+  for seed in ${FID_SEEDS:-7}; do
+    random_ids 512 151936 "$seed" > "$W/$p.ids"
+    echo "prompt seed $seed"
+    python3 oracle/precision_probe.py --model "$m" --ids "$W/$p.ids" \
+      --sets "${PROBE_SETS:-all norm_in attn_out act q k v p norm_in+attn_out+act+qkv:f16+p:f16}" 2>&1 | grep -v "Warning\|Loading" \
+      | tee "$R/probe_$p-$2-$3-s$seed.txt"
   done
   rm -rf "$m"
 }
@@ -163,7 +178,7 @@ stage_pack() {
 while [ $# -gt 0 ]; do
   s=$1; shift
   case $s in
-    fid) log "$s $1 $2 $3"; "stage_$s" "$1" "$2" "$3"; shift 3 ;;
+    fid|probe) log "$s $1 $2 $3"; "stage_$s" "$1" "$2" "$3"; shift 3 ;;
     bench|speed) log "$s $1"; "stage_$s" "$1"; shift ;;
     *) log "$s"; "stage_$s" ;;
   esac

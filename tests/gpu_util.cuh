@@ -78,6 +78,19 @@ inline std::vector<float> from_bf16(const std::vector<bf16>& v) {
     return out;
 }
 
+inline std::vector<__half> to_half(const std::vector<float>& v) {
+    std::vector<__half> out(v.size());
+    for (size_t i = 0; i < v.size(); i++) out[i] = __float2half_rn(v[i]);
+    return out;
+}
+inline std::vector<float> from_half(const std::vector<__half>& v) {
+    std::vector<float> out(v.size());
+    for (size_t i = 0; i < v.size(); i++) out[i] = monocu::f16_bits_to_float(static_cast<__half_raw>(v[i]).x);
+    return out;
+}
+// Each value rounded to fp16, as the GPU would hold it.
+inline std::vector<float> round_to_half(const std::vector<float>& v) { return from_half(to_half(v)); }
+
 struct ErrorStats {
     double rel_l2 = 0, max_abs = 0;
     size_t non_finite = 0;
