@@ -63,7 +63,11 @@ def top1_agreement(ours, ref32, ref16):
     agree = np.argmax(lo, axis=1) == np.argmax(target, axis=1)
     agree32 = np.argmax(lo, axis=1) == np.argmax(l32, axis=1)
     ref16_wrong = int((clear & (np.argmax(target, axis=1) != np.argmax(l32, axis=1))).sum()) if l16 is not None else 0
-    return int(clear.sum()), int((agree & clear).sum()), int(agree.sum()), len(agree), int((agree32 & clear).sum()), ref16_wrong
+    # Each clear position where we differ from the target: (position, fp32 gap / the clear threshold, whether
+    # ours and the target each keep fp32's top-1): how near the threshold the misses sit, and whose they are.
+    misses = [(int(i), float(gap[i] / (2 * err[i])), bool(agree32[i]), bool(np.argmax(target[i]) == np.argmax(l32[i])))
+              for i in np.flatnonzero(clear & ~agree)]
+    return int(clear.sum()), int((agree & clear).sum()), int(agree.sum()), len(agree), int((agree32 & clear).sum()), ref16_wrong, misses
 
 
 def greedy_prefix(ours, ref):
@@ -116,13 +120,16 @@ def main():
         flag = "" if r <= a.bound else "  <-- over bound"
         ok &= r <= a.bound
         print(f"{name:<12} {r:10.3e} {m:10.3e} {hb}{flag}")
-    n_clear, n_agree_clear, n_agree, n, n_agree32, ref16_wrong = top1_agreement(a.ours, a.ref, a.ref_bf16)
+    n_clear, n_agree_clear, n_agree, n, n_agree32, ref16_wrong, misses = top1_agreement(a.ours, a.ref, a.ref_bf16)
     frac = n_agree_clear / max(n_clear, 1)
     ok &= frac >= a.min_top1
     print(f"top-1 vs transformers {'bf16' if a.ref_bf16 else 'fp32'}: {n_agree_clear}/{n_clear} clear positions "
           f"({100 * frac:.2f}%), {n_agree}/{n} of all positions")
     print(f"top-1 vs transformers fp32: {n_agree32}/{n_clear} clear positions ({100 * n_agree32 / max(n_clear, 1):.2f}%)"
           + (f"; transformers bf16 itself differs from fp32 on {ref16_wrong} of them" if a.ref_bf16 else ""))
+    for pos, margin, ours_ok, ref_ok in misses:
+        print(f"  clear miss at position {pos}: fp32 gap {margin:.2f}x the threshold; fp32's top-1 kept by "
+              f"{'us' if ours_ok else 'not us'}, {'the reference' if ref_ok else 'not the reference'}")
     g = greedy_prefix(a.ours, a.ref_bf16 or a.ref)
     if g:
         print(f"greedy ids: first {g[0]} identical (ours {g[1]}, reference {g[2]})")

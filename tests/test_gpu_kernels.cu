@@ -260,6 +260,10 @@ TEST_CASE("qk_norm_rope_cache with an fp16 copy beside the cache: the chunk's ke
             CHECK_THROWS_AS(qk_norm_rope_cache(d_qkv.p, T, d_pos.p, d_qn.p, d_kn.p, rope, d_q.p, kt, with_copy.layer(0), nh, nkv, hd, ctx,
                                                eps, 0, fresh, T - 1),
                             UserError);
+            // fp16 names the copy only: no cache of it, and neither the cache writer nor decode takes it.
+            CHECK_THROWS_AS(kv_cache_create(KvType::F16, 1, nkv, ctx, hd, mem), UserError);
+            CHECK_THROWS_AS(qk_norm_rope_cache(d_qkv.p, T, d_pos.p, d_qn.p, d_kn.p, rope, d_q.p, KvType::F16, fresh, nh, nkv, hd, ctx, eps, 0),
+                            UserError);
         }
 }
 
@@ -554,6 +558,7 @@ TEST_CASE("flash-decoding: contexts 1..16k, GQA 1/2/4/8, head_dim 64/128, severa
                         flash_decode(fd, d_q.p, kt, cache.layer(), d_pos.p, d_out.p, 0);
                         CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), 1e-2);
                     }
+                    if (len == 1) CHECK_THROWS_AS(flash_decode(planned, d_q.p, KvType::F16, cache.layer(), d_pos.p, d_out.p, 0), UserError);
                 }
 }
 
