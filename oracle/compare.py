@@ -7,7 +7,8 @@ Per tap: relative L2 error ||ours - ref|| / ||ref|| and max |ours - ref| against
 Teacher-forced top-1: at each prompt position, does our argmax equal transformers bf16's (fp32's when no
 bf16 dump is given)? Counted only where the position is clear: the fp32 top-1/top-2 logit gap exceeds
 2 x (rms logit error of ours + rms logit error of transformers bf16) at that position, i.e. where rounding
-alone cannot flip the order. Greedy ids: length of the common prefix with the reference's ids.npy.
+alone cannot flip the order; each clear miss is listed with its gap over that threshold and whose top-1
+left fp32's. Greedy ids: length of the common prefix with the reference's ids.npy.
 Exit status 1 when a tap exceeds --bound or the clear-position agreement is below --min-top1.
 """
 import argparse

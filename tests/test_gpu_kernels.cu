@@ -267,6 +267,43 @@ TEST_CASE("qk_norm_rope_cache with an fp16 copy beside the cache: the chunk's ke
         }
 }
 
+TEST_CASE("qk_norm_rope_cache: values past fp16's range saturate in the fp16 copy (no inf), and the bf16 cache keeps them") {
+    int T = 3, nh = 2, nkv = 1, hd = 64, ctx = 8, fresh_rows = 4, row = (nh + 2 * nkv) * hd;
+    RopeConfig rc;
+    rc.theta = 10000;
+    GpuMemory mem;
+    RopeTable rope = make_rope_table(rc, hd, ctx, mem, 0);
+    KvCache kv = kv_cache_create(KvType::BF16, 1, nkv, ctx, hd, mem);
+    Rng r(15);
+    auto qkv = random_floats((size_t)T * row, r);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < hd; i++) qkv[(size_t)t * row + (size_t)(nh + nkv) * hd + i] = (i % 2 ? -1.f : 1.f) * 1e5f * (1 + t);
+    qkv[(size_t)(nh + nkv) * hd + 5] = NAN;  // a NaN stays NaN: saturation must not hide a broken model
+    DeviceVec<float> d_qkv(qkv);
+    DeviceVec<bf16> d_qn(to_bf16(random_bf16_values(hd, r))), d_kn(to_bf16(random_bf16_values(hd, r)));
+    DeviceVec<__half> d_q((size_t)T * nh * hd), fresh_k((size_t)nkv * fresh_rows * hd), fresh_v((size_t)nkv * fresh_rows * hd);
+    DeviceVec<int> d_pos(std::vector<int>{0});
+    KvLayer fresh;
+    fresh.k = fresh_k.p, fresh.v = fresh_v.p;
+    qk_norm_rope_cache(d_qkv.p, T, d_pos.p, d_qn.p, d_kn.p, rope, d_q.p, KvType::BF16, kv.layer(0), nh, nkv, hd, ctx, 1e-6f, 0, fresh,
+                       fresh_rows);
+    auto copy = from_half(fresh_v.download());
+    std::vector<bf16> cache((size_t)nkv * ctx * hd);
+    CUDA_CHECK(cudaMemcpy(cache.data(), kv.v, cache.size() * 2, cudaMemcpyDeviceToHost));
+    auto cached = from_bf16(cache);
+    size_t saturated = 0, kept = 0;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < hd; i++) {
+            if (t == 0 && i == 5) continue;
+            saturated += copy[(size_t)t * hd + i] == (i % 2 ? -65504.f : 65504.f);
+            kept += std::fabs(cached[(size_t)t * hd + i] - (i % 2 ? -1e5f : 1e5f) * (1 + t)) <= 1e3f * (1 + t);
+        }
+    CHECK(saturated == (size_t)T * hd - 1);
+    CHECK(kept == (size_t)T * hd - 1);
+    CHECK(std::isnan(copy[5]));
+    CHECK(std::isnan(cached[5]));
+}
+
 // ---- matmuls ----
 
 static std::vector<double> matmul_ref(const std::vector<float>& W, const std::vector<float>& x, int T, int N, int K) {
