@@ -16,7 +16,6 @@ float16 when written POINT:f16 (what that format would buy).
 """
 import argparse
 
-import numpy as np
 import torch
 import transformers.models.qwen3.modeling_qwen3 as qwen3_module
 from transformers import AutoModelForCausalLM
