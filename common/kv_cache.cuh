@@ -63,16 +63,13 @@ inline KvCache kv_cache_create(KvType type, int layers, int n_kv, int ctx, int h
 }
 
 // Lanes dl = 0 .. LPK-1 of an aligned group hold one head row of the cache (head_dim = 8 LPK), 8 elements
-// each. kv_pack_8 puts a lane's 8 in the cache's form: bf16 or fp16 (16 bytes of `packed`), or e4m3 (its first 8
+// each. kv_pack_8 puts a lane's 8 in the cache's form: bf16 (16 bytes of `packed`), or e4m3 (its first 8
 // bytes) divided by the row's scale, which it returns (amax / 448 over the row: a shuffle over the group, so
-// every lane of the warp calls it). kv_put_8 stores them.
+// every lane of the warp calls it). kv_put_8 stores them (16-bit elements: bf16, or fp16 for the prefill's copy).
 template <KvType KV, int LPK>
 __device__ __forceinline__ float kv_pack_8(const float* x, uint4& packed) {
     if constexpr (KV == KvType::BF16) {
         packed = float8_to_bf16x8(x);
-        return 1.f;
-    } else if constexpr (KV == KvType::F16) {
-        packed = float8_to_half8_sat(x);
         return 1.f;
     } else {
         float amax = 0.f;

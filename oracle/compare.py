@@ -61,13 +61,12 @@ def top1_agreement(ours, ref32, ref16):
     if l16 is not None:
         err = err + np.sqrt(np.mean((l16 - l32) ** 2, axis=1))
     clear = gap > 2 * err
-    agree = np.argmax(lo, axis=1) == np.argmax(target, axis=1)
-    agree32 = np.argmax(lo, axis=1) == np.argmax(l32, axis=1)
-    ref16_wrong = int((clear & (np.argmax(target, axis=1) != np.argmax(l32, axis=1))).sum()) if l16 is not None else 0
+    top_ours, top_target, top32 = np.argmax(lo, axis=1), np.argmax(target, axis=1), np.argmax(l32, axis=1)
+    agree, agree32, target32 = top_ours == top_target, top_ours == top32, top_target == top32
+    ref16_wrong = int((clear & ~target32).sum()) if l16 is not None else 0
     # Each clear position where we differ from the target: (position, fp32 gap / the clear threshold, whether
     # ours and the target each keep fp32's top-1): how near the threshold the misses sit, and whose they are.
-    misses = [(int(i), float(gap[i] / (2 * err[i])), bool(agree32[i]), bool(np.argmax(target[i]) == np.argmax(l32[i])))
-              for i in np.flatnonzero(clear & ~agree)]
+    misses = [(int(i), float(gap[i] / (2 * err[i])), bool(agree32[i]), bool(target32[i])) for i in np.flatnonzero(clear & ~agree)]
     return int(clear.sum()), int((agree & clear).sum()), int(agree.sum()), len(agree), int((agree32 & clear).sum()), ref16_wrong, misses
 
 

@@ -58,9 +58,15 @@ random_ids() {  # N VOCAB SEED -> stdout
   python3 -c "import numpy as np; print(' '.join(map(str, np.random.default_rng($3).integers(0, $2, $1))))"
 }
 
+fid_model() {  # PRESET INIT_STD EMBED_STD -> the folder of that random-weight model, made if missing
+  local m=$W/$1-$2-$3
+  [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$1" --out "$m" --shard 2GB --init-std "$2" --embed-std "$3" > /dev/null
+  echo "$m"
+}
+
 stage_fid() {  # PRESET INIT_STD EMBED_STD; FID_SEEDS="7 8 .." for more prompts (default 7)
-  local p=$1 m=$W/$1-$2-$3 seed tag
-  [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$p" --out "$m" --shard 2GB --init-std "$2" --embed-std "$3" > /dev/null
+  local p=$1 m seed tag
+  m=$(fid_model "$@")
   for seed in ${FID_SEEDS:-7}; do
     tag=$p-$2-$3-s$seed
     random_ids 512 151936 "$seed" > "$W/$p.ids"
@@ -75,8 +81,8 @@ stage_fid() {  # PRESET INIT_STD EMBED_STD; FID_SEEDS="7 8 .." for more prompts 
 }
 
 stage_probe() {  # PRESET INIT_STD EMBED_STD; FID_SEEDS as for fid; PROBE_SETS overrides the sets measured
-  local p=$1 m=$W/$1-$2-$3 seed
-  [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$p" --out "$m" --shard 2GB --init-std "$2" --embed-std "$3" > /dev/null
+  local p=$1 m seed
+  m=$(fid_model "$@")
   for seed in ${FID_SEEDS:-7}; do
     random_ids 512 151936 "$seed" > "$W/$p.ids"
     echo "prompt seed $seed"

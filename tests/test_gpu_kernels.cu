@@ -227,11 +227,11 @@ TEST_CASE("qk_norm_rope_cache with an fp16 copy beside the cache: the chunk's ke
             qk_norm_rope_cache(d_qkv.p, T, d_pos.p, d_qn.p, d_kn.p, rope, d_q.p, kt, with_copy.layer(0), nh, nkv, hd, ctx, eps, 0, fresh,
                                fresh_rows);
             // The copy: rows 0..T-1 hold rope(k_norm(k)) and v to fp16 precision; the rows after keep their poison.
-            auto got_k = from_half(fresh_k.download()), got_v = from_half(fresh_v.download());
+            auto raw_k = fresh_k.download();
+            auto got_k = from_half(raw_k), got_v = from_half(fresh_v.download());
             std::vector<double> ref_k, ref_v;
             std::vector<float> copy_k, copy_v;
             size_t poisoned = 0;
-            auto raw_k = fresh_k.download();
             for (int h = 0; h < nkv; h++)
                 for (int t = 0; t < fresh_rows; t++) {
                     size_t at = ((size_t)h * fresh_rows + t) * hd;
