@@ -13,12 +13,11 @@
 // context. Flash-Decoding (Dao et al., 2023) splits the key range across blocks: grid = (splits, kv
 // heads); each block streams its slice of K and V once for all G = n_heads / n_kv query heads of its
 // group (GQA: K/V read once, not G times), keeps an online softmax (running max m, sum l, unnormalised
-// output o) and writes (m, l, o). The last block of a KV head to finish merges the splits:
+// output o) and writes (m, l, o). A second, small launch merges the splits, a block per query head:
 //   M = max m_s,  L = sum l_s 2^(m_s - M),  out = sum o_s 2^(m_s - M) / L.
 // The split count is fixed at plan time (CUDA graphs replay a fixed grid); the slice length follows the
 // live length *d_pos + 1, so a short context uses few splits; the blocks of the other splits return at once
-// (they are launched, since the grid is fixed, but touch nothing: the merge and its counter only count the
-// active splits).
+// (they are launched, since the grid is fixed, but touch nothing: the merge reads only the active splits).
 // Inside a block (flash_decode_split_kernel): 4 warps, each taking every 4th 16-key tile of the block's
 // range through a ring in shared memory (cp.async), S = Q K^T and O += P V on tensor cores with the G
 // query heads as the MMA rows, online softmax in registers (FlashAttention-2's inner loop). Scores are
@@ -28,7 +27,6 @@
 #pragma once
 
 #include <cfloat>
-#include <cuda/atomic>
 
 #include "async_copy.cuh"
 #include "gpu_memory.cuh"
@@ -45,7 +43,6 @@ struct FlashDecode {
     int min_chunk = 64;         // keys: the smallest split (one 16-key tile per warp)
     float* part_o = nullptr;    // [n_heads][n_splits][head_dim]
     float2* part_ml = nullptr;  // [n_heads][n_splits]: (max in log2 units, sum)
-    int* done = nullptr;        // [n_kv] split blocks finished for this step; the last one merges, resets to 0
 };
 
 // The fused mode's input: this token's raw projections, from which every block makes the queries of its
@@ -63,86 +60,6 @@ struct DecodeQkv {
 constexpr int kFdWarps = 4;
 
 constexpr int kFdMaxSplits = 256;
-
-// Whole block, for heads h0 .. h0 + G - 1: out[h][d] from the active splits' (m, l, o):
-//   M = max m_s,  c_s = 2^(m_s - M),  out = sum o_s c_s / sum l_s c_s.
-// It runs once per layer on the critical path. Loads use __ldcg: other blocks of this launch wrote the
-// partials, and L1 is not coherent across blocks. Two ways, by the number of splits:
-//   - up to kFdMergeBatch (short contexts): each thread merges 4 dims of one head on its own, loading every
-//     split's (m, l) and o at once, one L2 round trip (the merge took 3.1 us of the step at context 512 in
-//     the way below, 0.9 us this way: kb/status.md);
-//   - more: warp w first computes the weights c_s / L of heads w, w + 4, ... into shared memory, then each
-//     thread sums its 4 dims over the splits, all loads independent of each other (at 16k, 33 splits, this
-//     beat the first way in batches of 16 by 1.2 us; per split with the online rule, each load waiting on
-//     the previous split's arithmetic, the kernel measured twice as slow).
-constexpr int kFdMergeBatch = 16;
-
-template <int G>
-__device__ __forceinline__ void flash_decode_merge_few(const float* part_o, const float2* part_ml, int n_splits, int n_active, int hd, int h0,
-                                                       bf16* out) {
-    for (int i = threadIdx.x; i < G * hd / 4; i += blockDim.x) {  // 4 dims per thread: one 16-byte load per split
-        int g = i / (hd / 4), d = (i % (hd / 4)) * 4;
-        const float2* ml = part_ml + (size_t)(h0 + g) * n_splits;
-        const float* po = part_o + (size_t)(h0 + g) * n_splits * hd + d;
-        float2 m[kFdMergeBatch];
-        float4 v[kFdMergeBatch];
-        float M = -INFINITY;
-#pragma unroll
-        for (int s = 0; s < kFdMergeBatch; s++) {
-            m[s] = make_float2(-INFINITY, 0.f);  // l = 0: weight 0 (also guards a split without keys)
-            if (s < n_active) m[s] = __ldcg(&ml[s]), v[s] = __ldcg(reinterpret_cast<const float4*>(po + (size_t)s * hd));
-            if (m[s].y > 0.f) M = fmaxf(M, m[s].x);
-        }
-        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-        float L = 0.f;
-#pragma unroll
-        for (int s = 0; s < kFdMergeBatch; s++) {
-            if (!(m[s].y > 0.f)) continue;
-            float w = exp2f(m[s].x - M);
-            o.x = fmaf(v[s].x, w, o.x), o.y = fmaf(v[s].y, w, o.y), o.z = fmaf(v[s].z, w, o.z), o.w = fmaf(v[s].w, w, o.w);
-            L = fmaf(m[s].y, w, L);
-        }
-        float inv_L = 1.f / L;
-        uint2 packed = make_uint2(pack_bf16x2(o.x * inv_L, o.y * inv_L), pack_bf16x2(o.z * inv_L, o.w * inv_L));
-        *reinterpret_cast<uint2*>(out + (size_t)(h0 + g) * hd + d) = packed;
-    }
-}
-
-template <int G>
-__device__ __forceinline__ void flash_decode_merge_many(const float* part_o, const float2* part_ml, int n_splits, int n_active, int hd, int h0,
-                                                        bf16* out) {
-    __shared__ float c[G][kFdMaxSplits];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int g = warp; g < G; g += kFdWarps) {
-        const float2* ml = part_ml + (size_t)(h0 + g) * n_splits;
-        float m_max = -INFINITY;
-        for (int s = lane; s < n_active; s += 32) m_max = fmaxf(m_max, __ldcg(&ml[s]).x);
-        m_max = warp_max(m_max);
-        float lsum = 0.f;
-        for (int s = lane; s < n_active; s += 32) {
-            float2 v = __ldcg(&ml[s]);
-            float w = v.y > 0.f ? exp2f(v.x - m_max) : 0.f;  // guard: a split without keys would have l = 0, m = -inf
-            c[g][s] = w;
-            lsum += v.y * w;
-        }
-        float inv_L = 1.f / warp_sum(lsum);
-        for (int s = lane; s < n_active; s += 32) c[g][s] *= inv_L;  // each lane rescales its own entries
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < G * hd / 4; i += blockDim.x) {
-        int g = i / (hd / 4), d = (i % (hd / 4)) * 4;
-        const float* po = part_o + (size_t)(h0 + g) * n_splits * hd + d;
-        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-        for (int s = 0; s < n_active; s++) {
-            float4 v = __ldcg(reinterpret_cast<const float4*>(po + (size_t)s * hd));
-            float w = c[g][s];
-            o.x = fmaf(v.x, w, o.x), o.y = fmaf(v.y, w, o.y), o.z = fmaf(v.z, w, o.z), o.w = fmaf(v.w, w, o.w);
-        }
-        uint2 packed = make_uint2(pack_bf16x2(o.x, o.y), pack_bf16x2(o.z, o.w));
-        *reinterpret_cast<uint2*>(out + (size_t)(h0 + g) * hd + d) = packed;
-    }
-}
 
 // Keys per split for the live length: a whole number of min_chunk keys (a multiple of the 16-key tile), so
 // that short contexts use few splits, each a tile per warp.
@@ -225,8 +142,15 @@ __device__ __forceinline__ void flash_decode_issue_tile(unsigned char* ws, int s
         int r = c / T::kChunksPerRow, col = (c % T::kChunksPerRow) * 16, key = key0 + r;
         bool valid = key < end && key != skip;
         size_t off = valid ? (size_t)key * kRow + col : 0;
-        cp_async_16(T::rows(ws, stage, 0) + r * T::kRowBytes + col, k_rows + off, valid ? 16 : 0);
-        cp_async_16(T::rows(ws, stage, 1) + r * T::kRowBytes + col, v_rows + off, valid ? 16 : 0);
+        // bf16: read-once hints (async_copy.cuh). Not for FP8, whose 16k decode they slowed (269.8 -> 264.6 tok/s,
+        // Qwen3-4B, H100, kb/status.md tenth session).
+        if constexpr (T::kFp8) {
+            cp_async_16(T::rows(ws, stage, 0) + r * T::kRowBytes + col, k_rows + off, valid ? 16 : 0);
+            cp_async_16(T::rows(ws, stage, 1) + r * T::kRowBytes + col, v_rows + off, valid ? 16 : 0);
+        } else {
+            cp_async_16_read_once(T::rows(ws, stage, 0) + r * T::kRowBytes + col, k_rows + off, valid ? 16 : 0);
+            cp_async_16_read_once(T::rows(ws, stage, 1) + r * T::kRowBytes + col, v_rows + off, valid ? 16 : 0);
+        }
     }
     if constexpr (T::kFp8) {  // the 16 keys' scales: lane = 16 kv + r (one 4-byte copy each: rows are not 16-byte aligned)
         int kv = lane / 16, r = lane % 16, key = key0 + r;
@@ -320,8 +244,7 @@ __device__ __forceinline__ void flash_decode_q_fragments(const bf16* q_rows, int
 template <int HD, int G, KvType KV>
 __global__ void __launch_bounds__(kFdWarps * 32, 2)
     flash_decode_split_kernel(const bf16* __restrict__ q, DecodeQkv in, KvLayer kv, const int* __restrict__ d_pos, int ctx, int n_splits,
-                              int min_chunk, float scale_log2, float* __restrict__ part_o, float2* __restrict__ part_ml, int* __restrict__ done,
-                              bf16* __restrict__ out) {
+                              int min_chunk, float scale_log2, float* __restrict__ part_o, float2* __restrict__ part_ml) {
     using T = FdTiles<HD, KV>;
     constexpr bool FP8 = T::kFp8;
     constexpr int NS = T::kStages, LPK = HD / 8;
@@ -488,27 +411,80 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
         part_o[((size_t)h * n_splits + split) * HD + d] = acc;
         if (d == 0) part_ml[(size_t)h * n_splits + split] = make_float2(M, L);
     }
-    // The last split block of this KV head to finish merges all splits of its G heads (the "last block"
-    // pattern), which saves a separate combine launch per layer. The barrier orders the block's partial
-    // writes before thread 0's count, whose release makes them visible with it; the counting block's
-    // acquire, passed on by the next barrier, lets all its threads read every split's partials. (One
-    // release by thread 0 instead of a fence in every thread.)
-    __shared__ bool last;
-    __syncthreads();  // every thread's partials are written; thread 0's release below covers them (cumulativity)
-    if (threadIdx.x == 0) {
-        cuda::atomic_ref<int, cuda::thread_scope_device> count(done[kvh]);
-        last = count.fetch_add(1, cuda::memory_order_acq_rel) == n_active - 1;  // acquire: the other splits' partials
-    }
-    __syncthreads();
     TRACE_MARK(4);
-    if (!last) {
-        TRACE_END(2, 0, 0);
-        return;
+    TRACE_END(2, 0, 0);
+}
+
+// The merge: block (h, j), one warp, writes dims 32 j .. 32 j + 31 of query head h from the active splits.
+// Lane 8 g + q takes dims 4 q .. 4 q + 3 of those and splits g, g + 4, g + 8, ..., 16 of them loaded at once
+// (one L2 round trip for up to 64 splits: 33 at full context on 132 SMs with 8 KV heads); each lane keeps
+// its own (M, L, o), and the 4 groups combine by shuffles. No shared memory, so that these small blocks do
+// not take the room of the next GEMV's blocks, which become resident beside them (PDL). Loads use __ldcg:
+// the split launch wrote the partials, through L2.
+// Why a launch of its own: before, the last split block of each KV head merged its G heads after a
+// release-acquire count: one launch fewer, but a counter round trip and one block's merge of all splits
+// (4.7 us at 16k) sat on the critical path. Qwen3-4B on the H100 (kb/status.md, tenth session), old and new
+// binaries alternating: 512 context 312.2-312.5 -> 314.5-315.2 tok/s (bf16), 457 -> 461 (fp8), 612 -> 612
+// (int4); 16k 248.0 -> 255.2-255.5, with the read-once key loads (which alone gave 247.5 -> 251.1). Merged by
+// 4-warp blocks with shared memory instead: 16k 254.3, but int4 2% slower at 512 (those blocks crowd out
+// o_proj's); one lane per dim over all splits: 1.5% slower at 16k.
+template <int HD>
+__global__ void __launch_bounds__(32)
+    flash_decode_merge_kernel(const float* __restrict__ part_o, const float2* __restrict__ part_ml, const int* __restrict__ d_pos, int n_splits,
+                              int min_chunk, bf16* __restrict__ out) {
+    constexpr int kBatch = 16, kGroups = 4;
+    TRACE_BEGIN();
+    pdl_launch_dependents();
+    const int h = blockIdx.x, grp = threadIdx.x / 8, d = blockIdx.y * 32 + (threadIdx.x % 8) * 4;
+    const int len = *d_pos + 1, chunk = flash_decode_chunk(len, n_splits, min_chunk);
+    const int n_active = min(n_splits, (len + chunk - 1) / chunk);
+    const float2* ml = part_ml + (size_t)h * n_splits;
+    const float* po = part_o + (size_t)h * n_splits * HD + d;
+    pdl_wait();  // the split launch is done
+    TRACE_MARK(1);
+    float M = -INFINITY, L = 0.f;  // this lane's running max (log2 units) and sum over its splits; o is scaled to M
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = grp; s0 < n_active; s0 += kGroups * kBatch) {
+        float2 m[kBatch];
+        float4 v[kBatch];
+#pragma unroll
+        for (int i = 0; i < kBatch; i++) {
+            int sp = s0 + i * kGroups;
+            m[i] = make_float2(-INFINITY, 0.f);  // l = 0: weight 0 (also guards a split without keys)
+            if (sp < n_active) m[i] = __ldcg(&ml[sp]), v[i] = __ldcg(reinterpret_cast<const float4*>(po + (size_t)sp * HD));
+        }
+        float Mb = M;
+#pragma unroll
+        for (int i = 0; i < kBatch; i++)
+            if (m[i].y > 0.f) Mb = fmaxf(Mb, m[i].x);
+        float c = M == -INFINITY ? 0.f : exp2f(M - Mb);
+        o.x *= c, o.y *= c, o.z *= c, o.w *= c, L *= c;
+#pragma unroll
+        for (int i = 0; i < kBatch; i++) {
+            if (!(m[i].y > 0.f)) continue;
+            float w = exp2f(m[i].x - Mb);
+            o.x = fmaf(v[i].x, w, o.x), o.y = fmaf(v[i].y, w, o.y), o.z = fmaf(v[i].z, w, o.z), o.w = fmaf(v[i].w, w, o.w);
+            L = fmaf(m[i].y, w, L);
+        }
+        M = Mb;
     }
-    if (n_active <= kFdMergeBatch) flash_decode_merge_few<G>(part_o, part_ml, n_splits, n_active, HD, kvh * G, out);
-    else flash_decode_merge_many<G>(part_o, part_ml, n_splits, n_active, HD, kvh * G, out);
-    if (threadIdx.x == 0) done[kvh] = 0;  // ready for the next step (CUDA graphs replay this kernel)
-    TRACE_MARK(5);
+#pragma unroll
+    for (int off = 8; off < 32; off *= 2) {  // groups g and g ^ (off / 8) combine
+        float Mo = __shfl_xor_sync(0xffffffffu, M, off), Lo = __shfl_xor_sync(0xffffffffu, L, off);
+        float4 oo;
+        oo.x = __shfl_xor_sync(0xffffffffu, o.x, off), oo.y = __shfl_xor_sync(0xffffffffu, o.y, off);
+        oo.z = __shfl_xor_sync(0xffffffffu, o.z, off), oo.w = __shfl_xor_sync(0xffffffffu, o.w, off);
+        float Mn = fmaxf(M, Mo);
+        float a = L > 0.f ? exp2f(M - Mn) : 0.f, b = Lo > 0.f ? exp2f(Mo - Mn) : 0.f;
+        o.x = o.x * a + oo.x * b, o.y = o.y * a + oo.y * b, o.z = o.z * a + oo.z * b, o.w = o.w * a + oo.w * b;
+        L = L * a + Lo * b, M = Mn;
+    }
+    if (grp == 0) {
+        float inv_L = 1.f / L;
+        uint2 packed = make_uint2(pack_bf16x2(o.x * inv_L, o.y * inv_L), pack_bf16x2(o.z * inv_L, o.w * inv_L));
+        *reinterpret_cast<uint2*>(out + (size_t)h * HD + d) = packed;
+    }
+    TRACE_MARK(4);
     TRACE_END(3, 0, 0);
 }
 
@@ -525,8 +501,6 @@ inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ct
     fd.n_splits = std::max(1, std::min({CEIL_DIV(2 * sms, n_kv), CEIL_DIV(ctx, fd.min_chunk), kFdMaxSplits}));
     fd.part_o = mem.alloc<float>((size_t)n_heads * fd.n_splits * head_dim, "workspace");
     fd.part_ml = mem.alloc<float2>((size_t)n_heads * fd.n_splits, "workspace");
-    fd.done = mem.alloc<int>(n_kv, "workspace");
-    CUDA_CHECK(cudaMemset(fd.done, 0, n_kv * sizeof(int)));
     return fd;
 }
 
@@ -534,7 +508,7 @@ template <int HD, int G, KvType KV>
 inline void flash_decode_split_launch(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, const KvLayer& kv, const int* d_pos,
                                       bf16* out, cudaStream_t stream) {
     static bool raised = false;  // one attribute call per instantiation, before any graph capture (eager warm-up)
-    constexpr size_t ring = FdTiles<HD, KV>::kSmemBytes, merge = (size_t)kFdWarps * G * (HD * 4 + 8);  // the merge reuses the ring
+    constexpr size_t ring = FdTiles<HD, KV>::kSmemBytes, merge = (size_t)kFdWarps * G * (HD * 4 + 8);  // the warps' merge reuses the ring
     constexpr size_t smem = ring > merge ? ring : merge;
     if (!raised) {
         CUDA_CHECK(cudaFuncSetAttribute(flash_decode_split_kernel<HD, G, KV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -543,7 +517,8 @@ inline void flash_decode_split_launch(const FlashDecode& fd, const bf16* q, cons
     dim3 grid(fd.n_splits, fd.n_kv);
     float scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
     launch(flash_decode_split_kernel<HD, G, KV>, grid, kFdWarps * 32, smem, stream, q, in, kv, d_pos, fd.ctx, fd.n_splits, fd.min_chunk, scale_log2,
-           fd.part_o, fd.part_ml, fd.done, out);
+           fd.part_o, fd.part_ml);
+    launch(flash_decode_merge_kernel<HD>, dim3(fd.n_heads, HD / 32), 32, 0, stream, fd.part_o, fd.part_ml, d_pos, fd.n_splits, fd.min_chunk, out);
 }
 
 template <int HD, KvType KV>
@@ -573,13 +548,13 @@ inline void flash_decode_any(const FlashDecode& fd, const bf16* q, const DecodeQ
     }
 }
 
-// One launch: the split blocks, the last of which (per KV head) merges the splits into out. q is ready.
+// Two launches: the split blocks, then the merge into out. q is ready.
 inline void flash_decode(const FlashDecode& fd, const bf16* q, KvType type, const KvLayer& kv, const int* d_pos, bf16* out,
                          cudaStream_t stream) {
     flash_decode_any(fd, q, DecodeQkv{}, type, kv, d_pos, out, stream);
 }
 
-// The same, making q and the new cache row from the raw projections (DecodeQkv) in the same launch.
+// The same, making q and the new cache row from the raw projections (DecodeQkv) in the split launch.
 inline void flash_decode_fused(const FlashDecode& fd, const DecodeQkv& in, KvType type, const KvLayer& kv, const int* d_pos, bf16* out,
                                cudaStream_t stream) {
     if (!in.qkv || !in.rope) die("flash_decode_fused: needs the projections and the rope table");

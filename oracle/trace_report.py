@@ -14,7 +14,8 @@ over the step's layers, in microseconds:
   tail   last block end - 90th percentile block end
   early  blocks that started before the previous kernel ended (programmatic dependent launch)
   TB/s   weight bytes / dur (GEMV)
-and for Flash-Decoding the median phases after its wait: queries ready, keys done, counted, merged.
+and for Flash-Decoding's split launch the median block's phases after its wait: queries ready, keys done,
+partials written (its merge is a launch of its own, "attention merge").
 """
 import argparse
 import sys
@@ -23,7 +24,7 @@ import numpy as np
 
 RECORD = np.dtype([("kind", "<u4"), ("n", "<u4"), ("k", "<u4"), ("block", "<u4"), ("sm", "<u4"), ("pad", "<u4"),
                    ("t", "<u8", (6,))])
-GEMV, FD_SPLIT, FD_MERGED = 1, 2, 3
+GEMV, FD_SPLIT, FD_MERGE = 1, 2, 3
 WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0 + 4 / 128, "int4": 0.5 + 2 / 128}  # with the scales (fp8: a float per 128; int4: a bf16 per 128)
 LM_HEAD_MIN_ROWS = 32000  # the one GEMV this large: a step's boundary
 
@@ -32,7 +33,8 @@ def launches(rec):
     """Group block records into launches: same kind and shape, start times less than 15 us apart."""
     out, open_by_key = [], {}
     for i in np.argsort(rec["t"][:, 0], kind="stable"):
-        key = ("fd",) if rec["kind"][i] != GEMV else (int(rec["n"][i]), int(rec["k"][i]))
+        kind = rec["kind"][i]
+        key = ("fd",) if kind == FD_SPLIT else ("merge",) if kind == FD_MERGE else (int(rec["n"][i]), int(rec["k"][i]))
         t0 = int(rec["t"][i, 0])
         j = open_by_key.get(key)
         if j is None or t0 - out[j]["last_t0"] > 15000:
@@ -52,17 +54,17 @@ def main():
     if rec.size == 0:
         sys.exit(f"{a.file}: no records")
     t = rec["t"].astype(np.int64)
-    end = np.where(t[:, 5] > 0, t[:, 5], t[:, 4])  # FD: merged; GEMV: all warps done
+    end = t[:, 4]  # GEMV: all warps done; FD: partials written / merged
     runs = launches(rec)
-    heads = [i for i, r in enumerate(runs) if r["key"][0] != "fd" and r["key"][0] >= LM_HEAD_MIN_ROWS]
+    heads = [i for i, r in enumerate(runs) if isinstance(r["key"][0], int) and r["key"][0] >= LM_HEAD_MIN_ROWS]
     if len(heads) < 2:
         sys.exit(f"{a.file}: fewer than two lm_head launches: not a whole decode step")
     kinds, fd_phases, prev_end, step = {}, [], None, 0.0
     for r in runs[heads[0] + 1: heads[1] + 1]:
         rows = np.array(r["rows"])
         tr, er = t[rows], end[rows]
-        is_fd = r["key"][0] == "fd"
-        name = "attention" if is_fd else "%d x %d" % r["key"]
+        is_fd, is_merge = r["key"][0] == "fd", r["key"][0] == "merge"
+        name = "attention" if is_fd else "attention merge" if is_merge else "%d x %d" % r["key"]
         release, last_end = tr[:, 1].min(), er.max()
         s = kinds.setdefault(name, dict(n=0, dur=0.0, gap=0.0, stage=0.0, tail=0.0, early=0, mb=0.0))
         s["n"] += 1
@@ -73,10 +75,9 @@ def main():
         s["tail"] += (last_end - np.percentile(er, 90)) / 1e3
         s["early"] += int((tr[:, 0] < prev_end).sum()) if prev_end is not None else 0
         if is_fd:
-            merged = rec["kind"][rows] == FD_MERGED
             fd_phases.append([np.median(tr[:, 2] - tr[:, 1]), np.median(tr[:, 3] - tr[:, 2]), np.median(tr[:, 4] - tr[:, 3]),
-                              np.median(tr[merged, 4] - release), np.median(tr[merged, 5] - tr[merged, 4]), last_end - release])
-        else:
+                              last_end - release])
+        elif not is_merge:
             s["stage"] += np.median(tr[:, 2] - tr[:, 1]) / 1e3
             s["mb"] += r["key"][0] * r["key"][1] * WEIGHT_BYTES[a.dtype] / 1e6
         prev_end = last_end
@@ -89,8 +90,8 @@ def main():
                                                            s["early"] / n, tbs))
     if fd_phases:
         f = np.median(np.array(fd_phases), axis=0) / 1e3
-        print("attention after its wait (median block, us): queries ready %.2f, keys done %.2f, counted %.2f; "
-              "the merging block counted at %.2f and merged in %.2f; last block done %.2f" % tuple(f))
+        print("attention after its wait (median block, us): queries ready %.2f, keys done %.2f, partials written %.2f; "
+              "last block done %.2f" % tuple(f))
 
 
 if __name__ == "__main__":

@@ -584,7 +584,7 @@ TEST_CASE("flash-decoding: contexts 1..16k, GQA 1/2/4/8, head_dim 64/128, severa
                     DeviceVec<int> d_pos(std::vector<int>{len - 1});
                     auto ref = attention_ref(q, cache.kref, cache.vref, 1, len - 1, nh, nkv, hd, ctx);
                     FlashDecode planned = flash_decode_plan(nh, nkv, hd, ctx, mem);
-                    for (int splits : {1, 3, 16, planned.n_splits}) {
+                    for (int splits : {1, 3, 16, planned.n_splits, 100}) {  // 100: the merge takes two batches of splits
                         CAPTURE((int)kt);
                         CAPTURE(hd);
                         CAPTURE(G);
