@@ -13,7 +13,7 @@
 // context. Flash-Decoding (Dao et al., 2023) splits the key range across blocks: grid = (splits, kv
 // heads); each block streams its slice of K and V once for all G = n_heads / n_kv query heads of its
 // group (GQA: K/V read once, not G times), keeps an online softmax (running max m, sum l, unnormalised
-// output o) and writes (m, l, o). A second, small launch merges the splits, a block per query head:
+// output o) and writes (m, l, o). A second, small launch merges the splits (a warp per 32 dims of a head):
 //   M = max m_s,  L = sum l_s 2^(m_s - M),  out = sum o_s 2^(m_s - M) / L.
 // The split count is fixed at plan time (CUDA graphs replay a fixed grid); the slice length follows the
 // live length *d_pos + 1, so a short context uses few splits; the blocks of the other splits return at once
