@@ -11,7 +11,8 @@
 // one record to a device buffer. The kernels' points: GEMV (kind 1, a = N, b = K): 1 after waiting for the
 // previous kernel, 2 x staged, 3 its rows done, 4 every warp done (a barrier only this build has).
 // Flash-Decoding's split blocks (kind 2): 1 after the wait, 2 queries ready, 3 keys done, 4 partials
-// written; its merge (kind 3): 1 after the wait, 4 merged. Without MONOCU_TRACE every macro is empty and the kernels are the normal build's.
+// written; its merge (kind 3): 1 after the wait, 4 merged. Without MONOCU_TRACE every macro is empty and
+// the kernels are the normal build's.
 // Why: it shows where a step's time goes between kernels (the wait after the previous kernel, staging,
 // the last blocks' tail), which per-kernel timings cannot; kb/status.md has what it found.
 #pragma once
