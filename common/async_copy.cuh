@@ -26,8 +26,8 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int n_
 // GEMVs stream their weights with evict-first loads (__ldcs) for the same reason.
 __device__ __forceinline__ void cp_async_16_read_once(void* smem, const void* gmem, int n_bytes = 16) {
     unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    unsigned long long policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    unsigned long long policy;  // not volatile: the same value every call, so the compiler may make it once per loop
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
     asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;" ::"r"(s), "l"(gmem), "r"(n_bytes), "l"(policy)
                  : "memory");
 }

@@ -67,6 +67,13 @@ __device__ __forceinline__ int flash_decode_chunk(int len, int n_splits, int min
     int chunk = (len + n_splits - 1) / n_splits;
     return max(1, (chunk + min_chunk - 1) / min_chunk) * min_chunk;
 }
+// How many splits have keys at that chunk size (the rest return at once).
+__device__ __forceinline__ int flash_decode_active_splits(int len, int chunk, int n_splits) { return min(n_splits, (len + chunk - 1) / chunk); }
+
+// o += w v, four lanes of a partial output.
+__device__ __forceinline__ void fma4(float4& o, float4 v, float w) {
+    o.x = fmaf(v.x, w, o.x), o.y = fmaf(v.y, w, o.y), o.z = fmaf(v.z, w, o.z), o.w = fmaf(v.w, w, o.w);
+}
 
 // This token's cache row of one KV head as the block that makes it keeps it in shared memory, in the
 // cache's form (bf16, or e4m3 with its scales), so that the tile holding it need not read it back.
@@ -258,7 +265,7 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int pos = *d_pos, len = pos + 1, chunk = flash_decode_chunk(len, n_splits, min_chunk);
     const int begin = split * chunk, end = min(len, begin + chunk);
-    const int n_active = min(n_splits, (len + chunk - 1) / chunk);
+    const int n_active = flash_decode_active_splits(len, chunk, n_splits);
     if (split >= n_active) return;  // an idle split (short context): whole block, before any dependent read
     const bool fused = in.qkv != nullptr;
 
@@ -436,8 +443,7 @@ __global__ void __launch_bounds__(32)
     TRACE_BEGIN();
     pdl_launch_dependents();
     const int h = blockIdx.x, grp = threadIdx.x / 8, d = blockIdx.y * 32 + (threadIdx.x % 8) * 4;
-    const int len = *d_pos + 1, chunk = flash_decode_chunk(len, n_splits, min_chunk);
-    const int n_active = min(n_splits, (len + chunk - 1) / chunk);
+    const int len = *d_pos + 1, n_active = flash_decode_active_splits(len, flash_decode_chunk(len, n_splits, min_chunk), n_splits);
     const float2* ml = part_ml + (size_t)h * n_splits;
     const float* po = part_o + (size_t)h * n_splits * HD + d;
     pdl_wait();  // the split launch is done
@@ -458,12 +464,12 @@ __global__ void __launch_bounds__(32)
         for (int i = 0; i < kBatch; i++)
             if (m[i].y > 0.f) Mb = fmaxf(Mb, m[i].x);
         float c = M == -INFINITY ? 0.f : exp2f(M - Mb);
-        o.x *= c, o.y *= c, o.z *= c, o.w *= c, L *= c;
+        o = make_float4(o.x * c, o.y * c, o.z * c, o.w * c), L *= c;
 #pragma unroll
         for (int i = 0; i < kBatch; i++) {
             if (!(m[i].y > 0.f)) continue;
             float w = exp2f(m[i].x - Mb);
-            o.x = fmaf(v[i].x, w, o.x), o.y = fmaf(v[i].y, w, o.y), o.z = fmaf(v[i].z, w, o.z), o.w = fmaf(v[i].w, w, o.w);
+            fma4(o, v[i], w);
             L = fmaf(m[i].y, w, L);
         }
         M = Mb;
