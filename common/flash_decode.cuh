@@ -144,20 +144,19 @@ __device__ __forceinline__ void flash_decode_issue_tile(unsigned char* ws, int s
     using T = FdTiles<HD, KV>;
     constexpr int kChunks = T::kKeys * T::kChunksPerRow;
     constexpr size_t kRow = (size_t)HD * (T::kFp8 ? 1 : 2);  // bytes of a cache row in global memory
+    // bf16: read-once hints (async_copy.cuh). Not for FP8, whose 16k decode they slowed (269.8 -> 264.6 tok/s,
+    // Qwen3-4B, H100, kb/status.md tenth session).
+    auto copy = [](void* dst, const void* src, int n) {
+        if constexpr (T::kFp8) cp_async_16(dst, src, n);
+        else cp_async_16_read_once(dst, src, n);
+    };
 #pragma unroll
     for (int c = lane; c < kChunks; c += 32) {
         int r = c / T::kChunksPerRow, col = (c % T::kChunksPerRow) * 16, key = key0 + r;
         bool valid = key < end && key != skip;
         size_t off = valid ? (size_t)key * kRow + col : 0;
-        // bf16: read-once hints (async_copy.cuh). Not for FP8, whose 16k decode they slowed (269.8 -> 264.6 tok/s,
-        // Qwen3-4B, H100, kb/status.md tenth session).
-        if constexpr (T::kFp8) {
-            cp_async_16(T::rows(ws, stage, 0) + r * T::kRowBytes + col, k_rows + off, valid ? 16 : 0);
-            cp_async_16(T::rows(ws, stage, 1) + r * T::kRowBytes + col, v_rows + off, valid ? 16 : 0);
-        } else {
-            cp_async_16_read_once(T::rows(ws, stage, 0) + r * T::kRowBytes + col, k_rows + off, valid ? 16 : 0);
-            cp_async_16_read_once(T::rows(ws, stage, 1) + r * T::kRowBytes + col, v_rows + off, valid ? 16 : 0);
-        }
+        copy(T::rows(ws, stage, 0) + r * T::kRowBytes + col, k_rows + off, valid ? 16 : 0);
+        copy(T::rows(ws, stage, 1) + r * T::kRowBytes + col, v_rows + off, valid ? 16 : 0);
     }
     if constexpr (T::kFp8) {  // the 16 keys' scales: lane = 16 kv + r (one 4-byte copy each: rows are not 16-byte aligned)
         int kv = lane / 16, r = lane % 16, key = key0 + r;
