@@ -18,7 +18,8 @@
 #   train_start / train_wait   oracle/train_tiny.py in the background (models/pycoder-13m) / wait for it
 #   goldens       dumps + transformers greedy 128 tokens for the shipped model's 3 golden prompts
 #   chat          oracle/chat_goldens.py (tokenizer chat templates rendered by transformers)
-#   quanteval     oracle/quant_eval.py on the shipped model: fp8 / int4 / FP8 KV vs bf16, tools/quantize bit-identity
+#   quanteval     oracle/quant_eval.py on the shipped model: fp8 / int4 / FP8 KV vs bf16, tools/quantize bit-identity,
+#                 GPTQ, and GPTQ's INT4 refined by distillation (oracle/qat_int4.py; ~2 minutes of the stage)
 #   gemvbench     build/<arch>/tools/bench_gemv (GEMV GB/s per shape and format)
 #   speed PRESETS engine --bench at context 512 for each weight format (quick); SPEED_FLAGS="--no-pdl,..."
 #                 adds runs with those flags (comma-separated sets, '+' between flags of one set)
@@ -143,7 +144,7 @@ stage_chat() {
 stage_quanteval() {
   python3 oracle/make_fp8_checkpoint.py --model models/pycoder-13m --out "$W/pycoder-fp8" | tail -1
   python3 oracle/quant_eval.py --engine "$B"/qwen3 --model models/pycoder-13m --quantize build/tools/quantize \
-    --fp8-layout "$W/pycoder-fp8" --out "$W/qe" 2>&1 | tee "$R/quant_eval.txt"
+    --fp8-layout "$W/pycoder-fp8" --qat --out "$W/qe" 2>&1 | grep -v "^.Loading weights" | tee "$R/quant_eval.txt"
   cp "$W"/qe/quant_eval.json "$R"/
 }
 

@@ -13,7 +13,9 @@ Variants: fp8 and int4 quantized on load, bf16 weights with the FP8 KV cache, fp
 attends to its own bf16 keys, which would leave the cache's rounding unmeasured), the Qwen FP8
 layout (oracle/make_fp8_checkpoint.py), and with --quantize the tools/quantize checkpoints, whose logits
 must equal quantize-on-load's bit for bit, plus its GPTQ checkpoints (--calib): calibrated on --calib-windows
-windows of the *training* split, whose projection inputs the bf16 engine dumps (--dump-inputs).
+windows of the *training* split, whose projection inputs the bf16 engine dumps (--dump-inputs). With --qat also
+the GPTQ INT4 checkpoint refined by distillation (oracle/qat_int4.py, on training-split text; variant qat-int4),
+and one more such variant per --qat-variant NAME=ARGS (ARGS: more qat_int4.py flags, e.g. "--lr 3e-4").
 """
 import argparse
 import json
@@ -76,8 +78,12 @@ def main():
     ap.add_argument("--windows", type=int, default=8)
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--calib-windows", type=int, default=32, help="training-split windows for the GPTQ variants")
+    ap.add_argument("--qat", action="store_true", help="also the GPTQ INT4 checkpoint refined by oracle/qat_int4.py")
+    ap.add_argument("--qat-variant", action="append", default=[], metavar="NAME=ARGS", help="another one, with these qat_int4.py flags")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    if (a.qat or a.qat_variant) and not a.quantize:
+        ap.error("--qat needs --quantize (it starts from the GPTQ INT4 checkpoint)")
     os.makedirs(a.out, exist_ok=True)
     wins, n_heldout = heldout_windows(a.model, a.windows, a.seq)
     variants = {"bf16": (a.model, ["--dtype", "bf16"]), "fp8": (a.model, ["--dtype", "fp8"]),
@@ -103,6 +109,17 @@ def main():
             q = os.path.join(a.out, name)
             r = subprocess.run([a.quantize, a.model, q, "--calib", ",".join(calib)] + args, check=True, capture_output=True, text=True)
             print(r.stdout.strip())
+            variants[name] = (q, [])
+        qat = ([("qat-int4", "")] if a.qat else []) + [tuple(v.split("=", 1)) for v in a.qat_variant]
+        if qat:
+            import qat_int4
+            ids_path = os.path.join(a.out, "qat_train_ids.npy")
+            np.save(ids_path, qat_int4.training_ids(a.model, 16_000_000, 0))
+        for name, extra in qat:
+            q = os.path.join(a.out, name)
+            cmd = [sys.executable, qat_int4.__file__, "--teacher", a.model, "--init", os.path.join(a.out, "gptq-int4"), "--out", q,
+                   "--train-ids", ids_path] + extra.split()
+            subprocess.run(cmd, check=True)
             variants[name] = (q, [])
     logits, taps = {}, {}
     for w in range(a.windows):
