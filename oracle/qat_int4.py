@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
                "mlp.down_proj")
 GROUP = 128
+DEFAULT_MAX_TOKENS = 16_000_000  # of training text: the default 1,000 x 64 x 512 steps see each token ~2 times
 
 
 # ---- safetensors, read by hand (the local machine has no safetensors package) ----
@@ -319,6 +320,67 @@ def check_against_transformers(model, teacher_dir, head, proj, device):
         raise SystemExit(f"{teacher_dir}: this script's forward pass differs from transformers' by {err:.2e}")
 
 
+def student_projections(init, n_layers, init_dir):
+    """projection name -> Int4Projection at --init's codes and scales (checked to survive the round trip)."""
+    student = {}
+    for l in range(n_layers):
+        for p in PROJECTIONS:
+            name = f"model.layers.{l}.{p}"
+            if name + ".qweight" not in init or name + ".scales" not in init:
+                raise SystemExit(f"{init_dir}: no INT4 tensors {name}.qweight / .scales")
+            codes = unpack_int4(init[name + ".qweight"][2])
+            student[name] = Int4Projection(codes, as_float(*init[name + ".scales"][::2]))
+            if not torch.equal(student[name].codes_and_scales()[0], codes):
+                raise SystemExit(f"{init_dir}: {name}: the codes do not survive a round trip through the student")
+    return student
+
+
+def student_lm_head(init, teacher_head, train, init_dir, device):
+    """The student's output projection: --init's FP8 one as the engine dequantizes it (an Fp8Projection to train
+    with --train-head), its bf16 one, or else the teacher's (tied embeddings)."""
+    fp8 = "lm_head.weight" in init and init["lm_head.weight"][0] == "F8_E4M3"
+    if train and not fp8:
+        raise SystemExit(f"{init_dir}: --train-head needs an FP8 lm_head (tools/quantize --dtype int4 writes one)")
+    if not fp8:
+        return as_float(*init["lm_head.weight"][::2]).to(device) if "lm_head.weight" in init else teacher_head
+    codes, scales = as_float(*init["lm_head.weight"][::2]), as_float(*init["lm_head.weight_scale"][::2])
+    if not train:
+        return bf16_round(codes * scales.repeat_interleave(GROUP, 1)).to(device)
+    head = Fp8Projection(codes, scales).to(device)
+    if not torch.equal(head.codes_and_scales()[0].cpu(), codes):
+        raise SystemExit(f"{init_dir}: lm_head: the codes do not survive a round trip through the student")
+    return head
+
+
+def lr_factor(progress):
+    """Warm-up over the first 5% of training, then cosine decay to 0."""
+    return progress / 0.05 if progress < 0.05 else 0.5 * (1 + math.cos(math.pi * (progress - 0.05) / 0.95))
+
+
+def write_checkpoint(init_dir, out, init, student, head, config):
+    """--init's files again, with the trained codes and scales written over the old ones in place."""
+    updates, changed, total = {}, 0, 0
+    for name, m in student.items():
+        q, sc, _ = m.codes_and_scales()
+        updates[name + ".qweight"], updates[name + ".scales"] = pack_int4(q), bf16_bits(sc)
+        changed += int((updates[name + ".qweight"] != init[name + ".qweight"][2]).sum())
+        total += init[name + ".qweight"][2].size
+    if isinstance(head, Fp8Projection):
+        q, sc = head.codes_and_scales()
+        updates["lm_head.weight"] = e4m3_code(q.detach()).to(torch.uint8).cpu().numpy()
+        updates["lm_head.weight_scale"] = sc.detach().float().cpu().numpy()
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(init_dir):
+        shutil.copy(os.path.join(init_dir, f), os.path.join(out, f))
+    for f in sorted(os.listdir(out)):
+        if f.endswith(".safetensors"):
+            rewrite_in_place(os.path.join(out, f), updates)
+    if updates:
+        raise SystemExit(f"{out}: tensors not found in any shard: {sorted(updates)[:3]}")
+    json.dump(config, open(os.path.join(out, "config.json"), "w"), indent=2)
+    return changed, total
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--teacher", required=True, help="the bf16 model folder")
@@ -329,10 +391,10 @@ def main():
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--lr", type=float, default=1e-4, help="Adam's step for the latent weights (cosine decay to 0)")
     ap.add_argument("--scale-lr", type=float, default=1e-5, help="the same for the group scales")
-    ap.add_argument("--train-head", action="store_true", help="train the FP8 lm_head's codes and scales too")
+    ap.add_argument("--train-head", action="store_true", help="train the FP8 lm_head's e4m3 codes too (over its fixed scales)")
     ap.add_argument("--train-ids", help="int32 .npy token stream to train on (default: the shipped model's training split)")
     ap.add_argument("--train-text", help="or text files to train on (comma-separated), tokenized with the model's tokenizer")
-    ap.add_argument("--max-tokens", type=int, default=16_000_000)
+    ap.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     ap.add_argument("--max-seconds", type=float, default=600)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
@@ -348,37 +410,12 @@ def main():
         raise SystemExit(f"{a.init}/config.json: not an INT4 checkpoint from tools/quantize (quantization_config {qc})")
     teacher = {k: as_float(d, r) for k, (d, _, r) in load_folder(a.teacher).items()}
     init = load_folder(a.init)
-    fixed = {k: v for k, v in teacher.items() if not any(f".{p}." in k for p in PROJECTIONS)}
-    model = Qwen3(cfg, fixed, device)
-    tied = "lm_head.weight" not in teacher
-    teacher_head = (teacher["model.embed_tokens.weight"] if tied else teacher["lm_head.weight"]).to(device)
-    fp8_head = "lm_head.weight" in init and init["lm_head.weight"][0] == "F8_E4M3"
-    if a.train_head and not fp8_head:
-        raise SystemExit(f"{a.init}: --train-head needs an FP8 lm_head (tools/quantize --dtype int4 writes one)")
-    head_module = None
-    if fp8_head:  # FP8 rows x per-128 scales, rounded to bf16
-        codes, scales = as_float(*init["lm_head.weight"][::2]), as_float(*init["lm_head.weight_scale"][::2])
-        if a.train_head:
-            head_module = Fp8Projection(codes, scales).to(device)
-            if not torch.equal(head_module.codes_and_scales()[0].cpu(), codes):
-                raise SystemExit(f"{a.init}: lm_head: the codes do not survive a round trip through the student")
-        student_head = bf16_round(codes * scales.repeat_interleave(GROUP, 1)).to(device)
-    elif "lm_head.weight" in init:
-        student_head = as_float(*init["lm_head.weight"][::2]).to(device)
-    else:
-        student_head = teacher_head
-
-    student = {}  # projection name -> Int4Projection
-    for l in range(model.L):
-        for p in PROJECTIONS:
-            name = f"model.layers.{l}.{p}"
-            codes = unpack_int4(init[name + ".qweight"][2])
-            student[name] = Int4Projection(codes, as_float(*init[name + ".scales"][::2]))
-            if not torch.equal(student[name].codes_and_scales()[0], codes):
-                raise SystemExit(f"{a.init}: {name}: the codes do not survive a round trip through the student")
+    model = Qwen3(cfg, {k: v for k, v in teacher.items() if not any(f".{p}." in k for p in PROJECTIONS)}, device)
+    teacher_head = teacher.get("lm_head.weight", teacher["model.embed_tokens.weight"]).to(device)
+    student = student_projections(init, model.L, a.init)
     torch.nn.ModuleList(student.values()).to(device)
+    student_head = student_lm_head(init, teacher_head, a.train_head, a.init, device)
     teacher_w = {name: teacher[name + ".weight"].to(device) for name in student}
-    student_proj = lambda name: student[name]()
     check_against_transformers(model, a.teacher, teacher_head, teacher_w.get, device)
 
     if a.train_ids:
@@ -393,34 +430,34 @@ def main():
         raise SystemExit(f"{len(ids)} training tokens are too few for --seq {a.seq}")
     print(f"training text: {len(ids)} tokens; {a.steps} steps of {a.batch} x {a.seq}; device {device}; {time.time() - t0:.0f} s", flush=True)
 
-    def run(ids_batch, proj, head):
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=amp):
-            return model.logits(ids_batch, proj, head() if callable(head) else head)
+    def teacher_logits(batch):
+        with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16, enabled=amp):
+            return model.logits(batch, teacher_w.get, teacher_head)
 
-    if head_module is not None:
-        student_head = head_module
+    def student_logits(batch):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=amp):
+            return model.logits(batch, lambda name: student[name](), student_head() if callable(student_head) else student_head)
 
     monitor = windows(ids, monitor_starts, a.seq, device)
-    with torch.no_grad():
-        monitor_teacher = run(monitor, teacher_w.get, teacher_head)
+    monitor_teacher = teacher_logits(monitor)
 
     def report(step):
         with torch.no_grad():
-            s = run(monitor, student_proj, student_head)
+            s = student_logits(monitor)
             agree = float((s.argmax(-1) == monitor_teacher.argmax(-1)).float().mean())
             kl = float(kl_from_teacher(s, monitor_teacher))
         print(f"step {step}: monitor windows (training split's tail) top-1 vs teacher {100 * agree:.2f}%, KL {kl:.5f}, "
               f"{time.time() - t0:.0f} s", flush=True)
         return agree, kl
 
-    log = {"start": report(0)}
-    heads = [head_module.weight] if head_module is not None else []
+    start = report(0)
+    heads = [student_head.weight] if isinstance(student_head, Fp8Projection) else []
     opt = torch.optim.Adam([{"params": [m.weight for m in student.values()] + heads, "lr": a.lr},
                             {"params": [m.scale for m in student.values()], "lr": a.scale_lr}], betas=(0.9, 0.95))
     base_lr = [g["lr"] for g in opt.param_groups]
     gen = np.random.default_rng(a.seed)
-    # Warm-up over the first 5%, then cosine decay to 0 over what is left of --steps or of --max-seconds,
-    # whichever runs out first (so a run cut short by time still ends with a small step).
+    # The schedule runs over --steps or over what is left of --max-seconds, whichever runs out first, so that a
+    # run cut short by time still ends with small steps.
     t_train, budget = time.time(), a.max_seconds - (time.time() - t0)
     done = 0
     for step in range(1, a.steps + 1):
@@ -428,47 +465,23 @@ def main():
         if used >= 1:
             print(f"stopping before step {step}: --max-seconds {a.max_seconds} reached", flush=True)
             break
-        progress = max((step - 1) / a.steps, used)
-        f = progress / 0.05 if progress < 0.05 else 0.5 * (1 + math.cos(math.pi * (progress - 0.05) / 0.95))
         for g, lr in zip(opt.param_groups, base_lr):
-            g["lr"] = lr * f
+            g["lr"] = lr * lr_factor(max((step - 1) / a.steps, used))
         batch = windows(ids, gen.integers(0, n_train, a.batch), a.seq, device)
-        with torch.no_grad():
-            t_logits = run(batch, teacher_w.get, teacher_head)
-        loss = kl_from_teacher(run(batch, student_proj, student_head), t_logits)
+        loss = kl_from_teacher(student_logits(batch), teacher_logits(batch))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         done = step
         if step % max(1, a.steps // 10) == 0:
             report(step)
-    log["end"] = report(done)
+    end = report(done)
 
-    # Write --init again with the new codes and scales in place of the old (same dtypes, shapes and offsets).
-    updates, changed, total = {}, 0, 0
-    for name, m in student.items():
-        q, sc, _ = m.codes_and_scales()
-        updates[name + ".qweight"], updates[name + ".scales"] = pack_int4(q), bf16_bits(sc)
-        changed += int((updates[name + ".qweight"] != init[name + ".qweight"][2]).sum())
-        total += init[name + ".qweight"][2].size
-    if head_module is not None:
-        q, sc = head_module.codes_and_scales()
-        updates["lm_head.weight"] = e4m3_code(q.detach()).to(torch.uint8).cpu().numpy()
-        updates["lm_head.weight_scale"] = sc.detach().float().cpu().numpy()
-    os.makedirs(a.out, exist_ok=True)
-    for f in os.listdir(a.init):
-        shutil.copy(os.path.join(a.init, f), os.path.join(a.out, f))
-    for f in sorted(os.listdir(a.out)):
-        if f.endswith(".safetensors"):
-            rewrite_in_place(os.path.join(a.out, f), updates)
-    if updates:
-        raise SystemExit(f"{a.out}: tensors not found in any shard: {sorted(updates)[:3]}")
-    ocfg = dict(icfg)
-    ocfg["quantization_config"] = dict(qc, method=(qc.get("method", "round-to-nearest") + "+qat"), qat_steps=done,
-                                       qat_tokens=done * a.batch * a.seq)
-    json.dump(ocfg, open(os.path.join(a.out, "config.json"), "w"), indent=2)
-    print(f"wrote {a.out}: {changed} of {total} code bytes changed; monitor top-1 {100 * log['start'][0]:.2f}% -> "
-          f"{100 * log['end'][0]:.2f}%, KL {log['start'][1]:.5f} -> {log['end'][1]:.5f}; {time.time() - t0:.0f} s", flush=True)
+    config = dict(icfg, quantization_config=dict(qc, method=qc.get("method", "round-to-nearest") + "+qat", qat_steps=done,
+                                                 qat_tokens=done * a.batch * a.seq))
+    changed, total = write_checkpoint(a.init, a.out, init, student, student_head, config)
+    print(f"wrote {a.out}: {changed} of {total} code bytes changed; monitor top-1 {100 * start[0]:.2f}% -> "
+          f"{100 * end[0]:.2f}%, KL {start[1]:.5f} -> {end[1]:.5f}; {time.time() - t0:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -84,6 +84,8 @@ def main():
     a = ap.parse_args()
     if (a.qat or a.qat_variant) and not a.quantize:
         ap.error("--qat needs --quantize (it starts from the GPTQ INT4 checkpoint)")
+    if any("=" not in v or not v.split("=", 1)[0] for v in a.qat_variant):
+        ap.error("--qat-variant takes NAME=ARGS")
     os.makedirs(a.out, exist_ok=True)
     wins, n_heldout = heldout_windows(a.model, a.windows, a.seq)
     variants = {"bf16": (a.model, ["--dtype", "bf16"]), "fp8": (a.model, ["--dtype", "fp8"]),
@@ -114,7 +116,7 @@ def main():
         if qat:
             import qat_int4
             ids_path = os.path.join(a.out, "qat_train_ids.npy")
-            np.save(ids_path, qat_int4.training_ids(a.model, 16_000_000, 0))
+            np.save(ids_path, qat_int4.training_ids(a.model, qat_int4.DEFAULT_MAX_TOKENS, 0))
         for name, extra in qat:
             q = os.path.join(a.out, name)
             cmd = [sys.executable, qat_int4.__file__, "--teacher", a.model, "--init", os.path.join(a.out, "gptq-int4"), "--out", q,
