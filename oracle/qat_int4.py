@@ -264,15 +264,13 @@ def training_ids(model_dir, max_tokens, seed):
     train, _ = train_tiny.read_corpus()
     order = np.random.default_rng(seed).permutation(len(train))
     tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
-    eot = tok.token_to_id(train_tiny.EOT)
-    ids = []
+    parts, n = [], 0
     for i in range(0, len(order), 256):
-        for enc in tok.encode_batch([train[j] for j in order[i:i + 256]], add_special_tokens=False):
-            ids.extend(enc.ids)
-            ids.append(eot)
-        if len(ids) >= max_tokens:
+        parts.append(train_tiny.encode_all(tok, [train[j] for j in order[i:i + 256]]))
+        n += len(parts[-1])
+        if n >= max_tokens:
             break
-    return np.array(ids[:max_tokens], dtype=np.int32)
+    return np.concatenate(parts)[:max_tokens]
 
 
 def text_ids(model_dir, paths):
