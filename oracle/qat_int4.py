@@ -16,7 +16,7 @@ al. 2020). Embeddings and norms stay fixed, and so does the lm_head unless --tra
 move, over fixed scales). The output is --init with only those codes and scales rewritten in place: the same
 tensors, shapes and bytes elsewhere, so the engines load it as any tools/quantize checkpoint.
 On the shipped model (H100, ~70 s for the default 1,000 steps of 64 x 512 tokens), from GPTQ's codes: held-out
-top-1 agreement with the bf16 engine 91.6% -> 94.2-94.8%, perplexity increase 2.35% -> 0.6-0.8% (kb/status.md).
+top-1 agreement with the bf16 engine 91.6% -> 94.2-94.8% (four runs), perplexity increase 2.35% -> 0.6-0.9% (kb/status.md).
 
 The forward pass is written out below (Qwen3: RMSNorm, q/k norm, rotate-half RoPE, GQA, SwiGLU), so the script
 also runs where transformers is missing; where it is present, the teacher's logits are checked against
