@@ -109,17 +109,33 @@ __device__ __forceinline__ void l2_prefetch_share(const L2Prefetch& pf) {
 
 // ---- input staging and output, shared by every format ----
 
-// Lane 0 of a warp owning rows (row0, row0 + 1) writes them: store, residual add, or SwiGLU of the pair.
+// Lane 0 of a warp owning rows (row0, row0 + 1) writes them: store, residual add (to old0, old1, the rows'
+// values fetched by gemv_fetch_old), or SwiGLU of the pair.
 template <GemvOutput OUT>
-__device__ __forceinline__ void gemv_write(float acc0, float acc1, int row0, int N, float* y, bf16* y_bf16) {
+__device__ __forceinline__ void gemv_write(float acc0, float acc1, float old0, float old1, int row0, int N, float* y, bf16* y_bf16) {
     if constexpr (OUT == GemvOutput::STORE_F32) {
         y[row0] = acc0;
         if (row0 + 1 < N) y[row0 + 1] = acc1;
     } else if constexpr (OUT == GemvOutput::ADD_F32) {
-        y[row0] += acc0;
-        if (row0 + 1 < N) y[row0 + 1] += acc1;
+        y[row0] = old0 + acc0;
+        if (row0 + 1 < N) y[row0 + 1] = old1 + acc1;
     } else {  // rows (2i, 2i+1) = (gate_i, up_i)
         y_bf16[row0 / 2] = __float2bfloat16_rn(silu(acc0) * acc1);
+    }
+}
+
+// Residual add: the writing lane asks for its rows of y as soon as the previous kernel is done (a cp.async
+// into shared memory, in the group of x's staging copies, so it costs no registers), so that the load's
+// latency passes during the staging of x and the dot products; a read-modify-write at the end put an L2 round
+// trip on the critical path of every o_proj and down_proj block (kb/status.md, thirteenth session). Nothing
+// else writes these rows while this kernel runs. Other outputs read nothing.
+template <GemvOutput OUT, int R>
+__device__ __forceinline__ void gemv_fetch_old(const float* y, int row0, int N, bool writer, float* old) {
+    if constexpr (OUT == GemvOutput::ADD_F32) {
+        if (writer)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (row0 + r < N) cp_async_4(old + r, y + row0 + r);
     }
 }
 
@@ -362,6 +378,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     if (!pf.after_wait) l2_prefetch_share(pf);
     pdl_wait();  // x was written by the previous kernel, and y may still be read by it
     TRACE_MARK(1);
+    __shared__ float old_y[kGemvWarps][R];  // residual add: the writers' rows of y, landed with x
+    gemv_fetch_old<OUT, R>(y, row0, N, active && part == 0 && slice == 0 && lane == 0, old_y[warp]);
     const int xk0 = part * part_chunks * F::kPerChunk, xn = part_chunks * F::kPerChunk;
     gemv_stage_x_issue<F, IN>(x_in, norm_w, K, xk0, xn, gemv_smem);
     if (pf.after_wait) l2_prefetch_share(pf);
@@ -418,7 +436,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     if (active && part == 0 && slice == 0 && lane == 0)
 #pragma unroll
         for (int r = 0; r < R; r += 2)
-            if (row0 + r < N) gemv_write<OUT>(acc[r] * row_scale<F>(L, rows[r]), acc[r + 1] * row_scale<F>(L, rows[r + 1]), row0 + r, N, y, y_bf16);
+            if (row0 + r < N) {
+                constexpr bool kAdd = OUT == GemvOutput::ADD_F32;
+                float old0 = kAdd ? old_y[warp][r] : 0.f, old1 = kAdd && row0 + r + 1 < N ? old_y[warp][r + 1] : 0.f;
+                gemv_write<OUT>(acc[r] * row_scale<F>(L, rows[r]), acc[r + 1] * row_scale<F>(L, rows[r + 1]), old0, old1, row0 + r, N, y, y_bf16);
+            }
     TRACE_MARK(3);
     TRACE_BARRIER();
     TRACE_MARK(4);
