@@ -76,10 +76,22 @@ inline void trace_save(const std::string& path) {
     std::printf("trace: %u block records -> %s\n", n, path.c_str());
 }
 
-#define TRACE_BEGIN()                                 \
-    unsigned long long trace_t_[6] = {0, 0, 0, 0, 0, 0}; \
-    trace_t_[0] = monocu::trace_clock()
-#define TRACE_MARK(k) trace_t_[k] = monocu::trace_clock()
+// The stamps live in shared memory and only thread 0 takes them. Kept in every thread's registers, they
+// cost the 4-row FP8 and INT4 GEMVs up to 13 registers, which held FP8's down_proj to 2 blocks per SM
+// instead of 3: that build's Qwen3-4B fp8 decode read 405 tok/s against the normal build's 460, and its
+// timeline showed a second wave of down_proj blocks that the normal build does not have. Now: 433 tok/s;
+// the FP8 and INT4 GEMVs take the normal build's registers (the bf16 ones without a fused norm 74 instead
+// of 64, still 3 blocks per SM under gemv.cuh's cap) (kb/status.md, thirteenth session).
+#define TRACE_BEGIN()                                                \
+    __shared__ unsigned long long trace_t_[6];                        \
+    if (threadIdx.x == 0) {                                           \
+        for (int trace_k_ = 1; trace_k_ < 6; trace_k_++) trace_t_[trace_k_] = 0; \
+        trace_t_[0] = monocu::trace_clock();                          \
+    }
+#define TRACE_MARK(k)                                         \
+    do {                                                      \
+        if (threadIdx.x == 0) trace_t_[k] = monocu::trace_clock(); \
+    } while (0)
 #define TRACE_BARRIER() __syncthreads()
 #define TRACE_END(kind, a, b) monocu::trace_append(kind, a, b, trace_t_)
 #else
