@@ -83,6 +83,19 @@ struct FdNewRow {
     float k_scale, v_scale;
 };
 
+// Fused mode, warp-wide, before the wait: the q and k norm weights and the RoPE row of pos into L1 (a line
+// per lane; they are never written, and pos is known), so that the norm and rotation of the queries and of the
+// new row, once the projections arrive, do not wait on L2 between their shuffles.
+template <int HD>
+__device__ __forceinline__ void flash_decode_prefetch_norm_rope(const DecodeQkv& in, int pos, int lane) {
+    constexpr int kNormLines = HD * 2 / 128, kRopeLines = HD / 2 * 8 / 128;  // 128-byte lines
+    const char* p = nullptr;
+    if (lane < kNormLines) p = in.q_norm ? reinterpret_cast<const char*>(in.q_norm) + lane * 128 : nullptr;
+    else if (lane < 2 * kNormLines) p = in.k_norm ? reinterpret_cast<const char*>(in.k_norm) + (lane - kNormLines) * 128 : nullptr;
+    else if (lane < 2 * kNormLines + kRopeLines) p = reinterpret_cast<const char*>(in.rope + (size_t)pos * (HD / 2)) + (lane - 2 * kNormLines) * 128;
+    if (p) asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+}
+
 // Warp-wide (slot 0's lanes store): the new token's cache row of KV head kvh at position pos, to the cache
 // and to `keep`.
 template <int HD, KvType KV>
@@ -282,6 +295,7 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
     };
 #pragma unroll
     for (int j = 0; j < NS - 1; j++) issue(j);
+    if (fused && warp == 0) flash_decode_prefetch_norm_rope<HD>(in, pos, lane);
     pdl_wait();  // q (or qkv) and row pos were just written
     TRACE_MARK(1);
 
