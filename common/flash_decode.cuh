@@ -88,12 +88,17 @@ struct FdNewRow {
 // new row, once the projections arrive, do not wait on L2 between their shuffles.
 template <int HD>
 __device__ __forceinline__ void flash_decode_prefetch_norm_rope(const DecodeQkv& in, int pos, int lane) {
-    constexpr int kNormLines = HD * 2 / 128, kRopeLines = HD / 2 * 8 / 128;  // 128-byte lines
-    const char* p = nullptr;
-    if (lane < kNormLines) p = in.q_norm ? reinterpret_cast<const char*>(in.q_norm) + lane * 128 : nullptr;
-    else if (lane < 2 * kNormLines) p = in.k_norm ? reinterpret_cast<const char*>(in.k_norm) + (lane - kNormLines) * 128 : nullptr;
-    else if (lane < 2 * kNormLines + kRopeLines) p = reinterpret_cast<const char*>(in.rope + (size_t)pos * (HD / 2)) + (lane - 2 * kNormLines) * 128;
-    if (p) asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+    constexpr int kNormLines = HD * 2 / 128, kRopeLines = HD / 2 * 8 / 128;  // 128-byte lines: bf16 weights; float2 (cos, sin)
+    const void* base = nullptr;  // null: no norm (families without q/k norm), or a lane with no line
+    int line = lane;
+    if (line < kNormLines) {
+        base = in.q_norm;
+    } else if (line < 2 * kNormLines) {
+        base = in.k_norm, line -= kNormLines;
+    } else if (line < 2 * kNormLines + kRopeLines) {
+        base = in.rope + (size_t)pos * (HD / 2), line -= 2 * kNormLines;
+    }
+    if (base) asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(base) + line * 128));
 }
 
 // Warp-wide (slot 0's lanes store): the new token's cache row of KV head kvh at position pos, to the cache
