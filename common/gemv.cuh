@@ -109,16 +109,16 @@ __device__ __forceinline__ void l2_prefetch_share(const L2Prefetch& pf) {
 
 // ---- input staging and output, shared by every format ----
 
-// Lane 0 of a warp owning rows (row0, row0 + 1) writes them: store, residual add (to old0, old1, the rows'
-// values fetched by gemv_fetch_old), or SwiGLU of the pair.
+// Lane 0 of a warp owning rows (row0, row0 + 1) writes them: store, residual add (to old[0], old[1], the rows'
+// values that gemv_fetch_old put in shared memory), or SwiGLU of the pair.
 template <GemvOutput OUT>
-__device__ __forceinline__ void gemv_write(float acc0, float acc1, float old0, float old1, int row0, int N, float* y, bf16* y_bf16) {
+__device__ __forceinline__ void gemv_write(float acc0, float acc1, const float* old, int row0, int N, float* y, bf16* y_bf16) {
     if constexpr (OUT == GemvOutput::STORE_F32) {
         y[row0] = acc0;
         if (row0 + 1 < N) y[row0 + 1] = acc1;
     } else if constexpr (OUT == GemvOutput::ADD_F32) {
-        y[row0] = old0 + acc0;
-        if (row0 + 1 < N) y[row0 + 1] = old1 + acc1;
+        y[row0] = old[0] + acc0;
+        if (row0 + 1 < N) y[row0 + 1] = old[1] + acc1;
     } else {  // rows (2i, 2i+1) = (gate_i, up_i)
         y_bf16[row0 / 2] = __float2bfloat16_rn(silu(acc0) * acc1);
     }
@@ -436,11 +436,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     if (active && part == 0 && slice == 0 && lane == 0)
 #pragma unroll
         for (int r = 0; r < R; r += 2)
-            if (row0 + r < N) {
-                constexpr bool kAdd = OUT == GemvOutput::ADD_F32;
-                float old0 = kAdd ? old_y[warp][r] : 0.f, old1 = kAdd && row0 + r + 1 < N ? old_y[warp][r + 1] : 0.f;
-                gemv_write<OUT>(acc[r] * row_scale<F>(L, rows[r]), acc[r + 1] * row_scale<F>(L, rows[r + 1]), old0, old1, row0 + r, N, y, y_bf16);
-            }
+            if (row0 + r < N)
+                gemv_write<OUT>(acc[r] * row_scale<F>(L, rows[r]), acc[r + 1] * row_scale<F>(L, rows[r + 1]), &old_y[warp][r], row0 + r, N, y, y_bf16);
     TRACE_MARK(3);
     TRACE_BARRIER();
     TRACE_MARK(4);
