@@ -6,6 +6,7 @@
 //   double tf = measure_gemm_tflops(gemm, M, N, K, stream);      // cuBLAS bf16 GEMM on random data, TFLOP/s
 //   double now = wall_ms();                                      // host clock
 //   double ms = time_rounds(stream, calls, reps, [&](int i) { ... });  // ms per round of calls fn(0..calls-1)
+//   float ms = median_ms(stream, warmups, runs, [&] { ... });    // median of runs timed calls, after warmups
 //
 // The roofline: decode at batch 1 must read every weight once per token, so tokens/s can be at most
 // (copy bandwidth) / (bytes read per token). The copy bandwidth is measured here, in the same process,
@@ -60,6 +61,22 @@ inline double time_rounds(cudaStream_t stream, int calls, int reps, Fn&& fn) {
     return t.stop() / reps;
 }
 
+// Median milliseconds of `runs` timed calls of fn(), each timed alone, after `warmups` calls (timed the same way,
+// then dropped: first calls pay for uploads, caches and clocks).
+template <class Fn>
+inline float median_ms(cudaStream_t stream, int warmups, int runs, Fn&& fn) {
+    GpuTimer t(stream);
+    std::vector<float> ms;
+    for (int i = 0; i < warmups + runs; i++) {
+        t.start();
+        fn();
+        float m = t.stop();
+        if (i >= warmups) ms.push_back(m);
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
 static __global__ void fill_pattern_kernel(uint32_t* p, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         p[i] = (uint32_t)(i * 2654435761u) ^ 0x5bd1e995u;
@@ -72,18 +89,10 @@ inline double measure_copy_bandwidth(cudaStream_t stream, size_t bytes = (size_t
     CUDA_CHECK(cudaMalloc(&dst, bytes));
     fill_pattern_kernel<<<1024, 256, 0, stream>>>(static_cast<uint32_t*>(src), bytes / 4);
     LAUNCH_CHECK();
-    GpuTimer t(stream);
-    std::vector<float> ms;
-    for (int i = 0; i < 23; i++) {
-        t.start();
-        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
-        float m = t.stop();
-        if (i >= 3) ms.push_back(m);  // the first copies warm up
-    }
+    float ms = median_ms(stream, 3, 20, [&] { CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream)); });
     CUDA_CHECK(cudaFree(src));
     CUDA_CHECK(cudaFree(dst));
-    std::sort(ms.begin(), ms.end());
-    return 2.0 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9;
+    return 2.0 * bytes / (ms * 1e-3) / 1e9;
 }
 
 static __global__ void fill_bf16_kernel(bf16* p, size_t n, uint32_t seed) {
@@ -104,19 +113,11 @@ inline double measure_gemm_tflops(Gemm& g, int M, int N, int K, cudaStream_t str
     fill_bf16_kernel<<<1024, 256, 0, stream>>>(a, (size_t)M * K, 1);
     fill_bf16_kernel<<<1024, 256, 0, stream>>>(b, (size_t)N * K, 2);
     LAUNCH_CHECK();
-    GpuTimer t(stream);
-    std::vector<float> ms;
-    for (int i = 0; i < 13; i++) {
-        t.start();
-        gemm_bf16(g, a, b, c, M, N, K, false, stream);
-        float m = t.stop();
-        if (i >= 3) ms.push_back(m);
-    }
+    float ms = median_ms(stream, 3, 10, [&] { gemm_bf16(g, a, b, c, M, N, K, false, stream); });
     CUDA_CHECK(cudaFree(a));
     CUDA_CHECK(cudaFree(b));
     CUDA_CHECK(cudaFree(c));
-    std::sort(ms.begin(), ms.end());
-    return 2.0 * M * N * K / (ms[ms.size() / 2] * 1e-3) / 1e12;
+    return 2.0 * M * N * K / (ms * 1e-3) / 1e12;
 }
 
 }  // namespace monocu

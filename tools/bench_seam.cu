@@ -17,9 +17,7 @@
 // with the attention and the hand-overs, not by cheaper hand-overs.
 #include <cooperative_groups.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <vector>
 
 #include "pdl.cuh"
 #include "timing.cuh"
@@ -53,7 +51,8 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const float* x_prev, flo
 
 enum class Barrier { GridSync, ReleaseAcquire, FenceAtomic };
 
-// All blocks of the grid reach this before any leaves; `count` only grows (target = steps so far x blocks).
+// All blocks of the grid reach this before any leaves; `count` only grows, across launches too (target = the
+// arrivals of every earlier step).
 template <Barrier B>
 __device__ __forceinline__ void grid_barrier(unsigned* count, unsigned target) {
     if constexpr (B == Barrier::GridSync) {
@@ -80,13 +79,13 @@ __device__ __forceinline__ void grid_barrier(unsigned* count, unsigned target) {
 
 // Every step in one launch: write our slice, barrier, read all of x.
 template <Barrier B>
-__global__ void __launch_bounds__(kThreads) persistent_kernel(float* xa, float* xb, int K, int steps, unsigned* count) {
+__global__ void __launch_bounds__(kThreads) persistent_kernel(float* xa, float* xb, int K, int steps, unsigned* count, unsigned base) {
     __shared__ __align__(16) float sx[kMaxK];
     float v = 0.f;
     for (int s = 0; s < steps; s++) {
         float* x = s % 2 ? xb : xa;
         if (K) write_slice(x, K, v);
-        grid_barrier<B>(count, (unsigned)(s + 1) * gridDim.x);
+        grid_barrier<B>(count, base + (unsigned)(s + 1) * gridDim.x);
         if (K) v = read_all(x, K, sx);
         __syncthreads();  // sx is refilled next step
     }
@@ -96,11 +95,6 @@ struct Buffers {
     float *xa = nullptr, *xb = nullptr;
     unsigned* count = nullptr;
 };
-
-static float median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
 
 // Microseconds per step of a graph of kSteps step kernels.
 static float time_kernel_chain(const Buffers& b, int grid, int K, bool pdl, cudaStream_t st) {
@@ -113,17 +107,10 @@ static float time_kernel_chain(const Buffers& b, int grid, int K, bool pdl, cuda
     for (int s = 0; s < kSteps; s++) launch(step_kernel, dim3(grid), dim3(kThreads), 0, st, s % 2 ? b.xb : b.xa, s % 2 ? b.xa : b.xb, K);
     CUDA_CHECK(cudaStreamEndCapture(st, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    GpuTimer t(st);
-    std::vector<float> ms;
-    for (int r = 0; r < 8; r++) {
-        t.start();
-        CUDA_CHECK(cudaGraphLaunch(exec, st));
-        float m = t.stop();
-        if (r) ms.push_back(m);  // the first launch uploads the graph
-    }
+    float ms = median_ms(st, 1, 7, [&] { CUDA_CHECK(cudaGraphLaunch(exec, st)); });  // the first launch uploads the graph
     CUDA_CHECK(cudaGraphExecDestroy(exec));
     CUDA_CHECK(cudaGraphDestroy(graph));
-    return median(ms) * 1000.f / kSteps;
+    return ms * 1000.f / kSteps;
 }
 
 // The same in one cooperative launch (all blocks resident), or -1 when `grid` blocks cannot all be resident.
@@ -134,20 +121,17 @@ static float time_persistent(const Buffers& b, int grid, int K, cudaStream_t st)
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_kernel<B>, kThreads, 0));
     if (per_sm * sms < grid) return -1.f;
-    GpuTimer t(st);
-    std::vector<float> ms;
     float *xa = b.xa, *xb = b.xb;
     unsigned* count = b.count;
+    unsigned base = 0;  // arrivals at the counter before each launch
     int k = K, steps = kSteps;
-    void* args[] = {&xa, &xb, &k, &steps, &count};
-    for (int r = 0; r < 8; r++) {
-        CUDA_CHECK(cudaMemsetAsync(b.count, 0, sizeof(unsigned), st));
-        t.start();
+    void* args[] = {&xa, &xb, &k, &steps, &count, &base};
+    CUDA_CHECK(cudaMemsetAsync(b.count, 0, sizeof(unsigned), st));
+    float ms = median_ms(st, 1, 7, [&] {
         CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistent_kernel<B>), dim3(grid), dim3(kThreads), args, 0, st));
-        float m = t.stop();
-        if (r) ms.push_back(m);
-    }
-    return median(ms) * 1000.f / kSteps;
+        base += (unsigned)kSteps * grid;  // args holds &base: read at the launch above, so the next launch sees this
+    });
+    return ms * 1000.f / kSteps;
 }
 
 int main() {
