@@ -24,8 +24,15 @@
 //     2560-row bf16 projection is 160 blocks on 132 SMs), 2-8 warps share a group of R rows, each summing a
 //     slice of K (gemv_layout). Every block stages x once, so the quantized formats, whose rows are 2-4x
 //     fewer bytes, take twice the rows per warp: a block then streams about as many weight bytes per
-//     staging as a bf16 one (FP8 4B gate_up: 608 blocks instead of 1216, each normalising x again). Splitting K across a thread-block cluster is the
-//     other way, kept for comparison (tools/bench_gemv).
+//     staging as a bf16 one (FP8 4B gate_up: 608 row groups instead of 1216). Splitting K across a
+//     thread-block cluster is the other way, kept for comparison (tools/bench_gemv);
+//   - the SwiGLU GEMV (gate_up: 2-4 waves of row groups) runs only as many blocks as fit on the GPU at once,
+//     each normalising and staging x once and then taking row groups b, b + grid, ... in turn, the next
+//     group's first loads issued before the last group's sums are written (4B fp8: 203 blocks of 3 groups).
+//     Qwen3-4B / 8B decode on the H100 (kb/status.md, fourteenth session): int4 +8.8% / +6.4%, fp8 +2.2% /
+//     +0.7%, bf16 +0.7% / -0.6%. Only gate_up loops: its blocks fit 2 per SM whether the loop's registers
+//     are there or not (87 -> 105 for fp8), while the sixth session's loop in every GEMV pushed the others
+//     past their occupancy steps and lost.
 //     Napkin: Qwen3-4B reads ~8.0 GB of bf16 weights per token; at 3.0 TB/s that is 2.7 ms.
 // Per format, what a 16-byte chunk costs (lane instructions, roughly):
 //   bf16: 8 weights; x staged bf16; 8 fp32 FMAs after unpacking (~25)
@@ -345,16 +352,26 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     extern __shared__ __align__(16) unsigned char gemv_smem[];
     const int N = L.N, K = L.K;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = warp / KS, slice = warp % KS;
-    const int part = blockIdx.x % S, row0 = ((blockIdx.x / S) * (kGemvWarps / KS) + group) * R;
-    const bool active = row0 < N;
+    const int part = blockIdx.x % S;
     const size_t row_bytes = (size_t)K * 16 / F::kPerChunk;
+    // SwiGLU (gate_up, the largest projection) loops: its blocks stay resident and take row groups
+    // blockIdx.x, + gridDim.x, ... staging x once (gemv_launch_rows sizes the grid); others take one group.
+    constexpr bool kLoops = OUT == GemvOutput::SWIGLU_BF16;
+    const int n_groups = CEIL_DIV(N, kGemvWarps / KS * R);
+    int rg = blockIdx.x / S, row0 = 0;
+    bool active = false;
     int rows[R];  // rows past N compute the last row again; their copies are dropped
     const uint4* w[R];
+    auto set_group = [&](int g) {
+        row0 = (g * (kGemvWarps / KS) + group) * R;
+        active = row0 < N;
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        rows[r] = active ? min(row0 + r, N - 1) : 0;
-        w[r] = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(L.w) + rows[r] * row_bytes);
-    }
+        for (int r = 0; r < R; r++) {
+            rows[r] = active ? min(row0 + r, N - 1) : 0;
+            w[r] = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(L.w) + rows[r] * row_bytes);
+        }
+    };
+    set_group(rg);
     const int part_chunks = K / F::kPerChunk / S, slice_chunks = part_chunks / KS;
     const int s0 = slice * slice_chunks, c0 = part * part_chunks + s0;  // first chunk: in the staged part, in the row
 
@@ -386,58 +403,73 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_stage_x_finish<F, IN>(eps, K, xk0, xn, gemv_smem);
     TRACE_MARK(2);
 
-    float acc[R];
+    for (;;) {  // one row group, or (kLoops) each of this block's row groups in turn
+        float acc[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) acc[r] = 0.f;
-    if (active) {
-        for (int c = lane; c < slice_chunks; c += 32 * U) {
+        for (int r = 0; r < R; r++) acc[r] = 0.f;
+        if (active) {
+            for (int c = lane; c < slice_chunks; c += 32 * U) {
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                int idx = c + 32 * u;
-                if (idx >= slice_chunks) continue;
+                for (int u = 0; u < U; u++) {
+                    int idx = c + 32 * u;
+                    if (idx >= slice_chunks) continue;
 #pragma unroll
-                for (int r = 0; r < R; r++) acc[r] = fmaf(F::dot(wv[r][u], gemv_smem, s0 + idx), sc[r][u], acc[r]);
+                    for (int r = 0; r < R; r++) acc[r] = fmaf(F::dot(wv[r][u], gemv_smem, s0 + idx), sc[r][u], acc[r]);
+                }
+                load_batch(c + 32 * U);
             }
-            load_batch(c + 32 * U);
         }
+        // The next group's first loads go out before this group's sums and write.
+        const int done_row0 = row0;
+        const bool done_active = active;
+        bool more = false;
+        if constexpr (kLoops) {
+            rg += gridDim.x / S;
+            more = rg < n_groups;
+            if (more) set_group(rg), load_batch(lane);
+        }
+        if (done_active)
 #pragma unroll
-        for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
-    }
-    if (KS > 1) {
-        __shared__ float slice_sum[kGemvWarps][R];
-        if (lane == 0)
+            for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
+        if (KS > 1) {
+            __shared__ float slice_sum[kGemvWarps][R];
+            if (lane == 0)
 #pragma unroll
-            for (int r = 0; r < R; r++) slice_sum[warp][r] = acc[r];
-        __syncthreads();
-        if (slice == 0 && lane == 0)
+                for (int r = 0; r < R; r++) slice_sum[warp][r] = acc[r];
+            __syncthreads();
+            if (slice == 0 && lane == 0)
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                acc[r] = 0.f;
-                for (int j = 0; j < KS; j++) acc[r] += slice_sum[warp + j][r];
-            }
-    }
+                for (int r = 0; r < R; r++) {
+                    acc[r] = 0.f;
+                    for (int j = 0; j < KS; j++) acc[r] += slice_sum[warp + j][r];
+                }
+            if (more) __syncthreads();  // read before the next group's sums overwrite them
+        }
 #if __CUDA_ARCH__ >= 900
-    if (S > 1) {
-        __shared__ float partial[kGemvWarps][R];
-        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-        if (lane == 0)
+        if (S > 1) {
+            __shared__ float partial[kGemvWarps][R];
+            cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+            if (lane == 0)
 #pragma unroll
-            for (int r = 0; r < R; r++) partial[warp][r] = acc[r];
-        cluster.sync();
-        if (part == 0 && lane == 0)
+                for (int r = 0; r < R; r++) partial[warp][r] = acc[r];
+            cluster.sync();
+            if (part == 0 && lane == 0)
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                acc[r] = 0.f;
-                for (int b = 0; b < S; b++) acc[r] += cluster.map_shared_rank(&partial[0][0], b)[warp * R + r];
-            }
-        cluster.sync();  // the other blocks' shared memory must outlive the reads
-    }
+                for (int r = 0; r < R; r++) {
+                    acc[r] = 0.f;
+                    for (int b = 0; b < S; b++) acc[r] += cluster.map_shared_rank(&partial[0][0], b)[warp * R + r];
+                }
+            cluster.sync();  // the other blocks' shared memory must outlive the reads
+        }
 #endif
-    if (active && part == 0 && slice == 0 && lane == 0)
+        if (done_active && part == 0 && slice == 0 && lane == 0)
 #pragma unroll
-        for (int r = 0; r < R; r += 2)
-            if (row0 + r < N)
-                gemv_write<OUT>(acc[r] * row_scale<F>(L, rows[r]), acc[r + 1] * row_scale<F>(L, rows[r + 1]), &old_y[warp][r], row0 + r, N, y, y_bf16);
+            for (int r = 0; r < R; r += 2)
+                if (done_row0 + r < N)
+                    gemv_write<OUT>(acc[r] * row_scale<F>(L, min(done_row0 + r, N - 1)), acc[r + 1] * row_scale<F>(L, min(done_row0 + r + 1, N - 1)),
+                                    &old_y[warp][r], done_row0 + r, N, y, y_bf16);
+        if (!more) break;
+    }
     TRACE_MARK(3);
     TRACE_BARRIER();
     TRACE_MARK(4);
@@ -519,6 +551,20 @@ inline size_t gemv_capped_smem(Kernel kernel, size_t smem) {
     return memo[key] = s;
 }
 
+// Blocks for a kernel whose blocks loop over row groups: as few as take every group in equal shares of at
+// most one resident wave's worth (608 groups on 264 resident slots: 203 blocks of 3 groups).
+template <class Kernel>
+inline int gemv_resident_grid(Kernel kernel, size_t smem, int groups) {
+    static std::map<std::pair<const void*, size_t>, int> resident_memo;
+    int& resident = resident_memo[std::make_pair(reinterpret_cast<const void*>(kernel), smem)];
+    if (resident == 0) {
+        int per_sm = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvWarps * 32, smem));
+        resident = std::max(per_sm, 1) * gemv_device().sms;
+    }
+    return CEIL_DIV(groups, CEIL_DIV(groups, resident));
+}
+
 template <class F, GemvInput IN, GemvOutput OUT, int R>
 inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16, GemvLayout lay,
                              L2Prefetch pf, cudaStream_t stream) {
@@ -533,7 +579,9 @@ inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w,
     if (smem > kGemvMaxSmem) die("gemv: K = %d is too large for the shared-memory copy of x", L.K);
     smem = gemv_capped_smem(gemv_kernel<F, IN, OUT, R>, smem);
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(CEIL_DIV(L.N, kGemvWarps * R / KS) * S);
+    int groups = CEIL_DIV(L.N, kGemvWarps * R / KS), grid = groups * S;
+    if (OUT == GemvOutput::SWIGLU_BF16 && S == 1) grid = gemv_resident_grid(gemv_kernel<F, IN, OUT, R>, smem, groups);
+    cfg.gridDim = dim3(grid);
     cfg.blockDim = dim3(kGemvWarps * 32);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
