@@ -343,11 +343,14 @@ constexpr size_t gemv_smem_bytes(int K, int S) {
 //   S (1, 2, 4 or 8, Hopper only, KS = 1) blocks form a thread-block cluster over the parts of K, and block 0
 //     of the cluster adds the others' sums out of their shared memory (distributed shared memory).
 // Both add partial sums in a fixed order: deterministic, no atomics, no extra launch.
-// Whether a kernel's blocks loop over row groups (the layout notes at the top). For bf16 weights too: 4B
-// +0.5%, 8B -0.7% against bf16 without the loop (three pairs each, fourteenth session).
-template <GemvOutput OUT>
+// Whether a kernel's blocks loop over row groups (the layout notes at the top): the SwiGLU GEMV of 4 rows per
+// warp (FP8 and INT4 gate_up at 4B and 8B). The loop costs registers (fp8 87 -> 105), which the 4-row kernels
+// have to spare at 2 blocks per SM; the 2-row ones do not: fp8's went 72 -> 104, 3 blocks per SM to 2, and
+// Qwen3-0.6B fp8 decode (gate_up in one wave of 2-row groups before) 1,447 -> 1,337-1,370 tok/s. bf16 (2 rows)
+// measured +0.5% at 4B, -0.7% at 8B with the loop (fourteenth session): left without it.
+template <GemvOutput OUT, int R>
 constexpr bool gemv_loops() {
-    return OUT == GemvOutput::SWIGLU_BF16;
+    return OUT == GemvOutput::SWIGLU_BF16 && R == 4;
 }
 
 template <class F, GemvInput IN, GemvOutput OUT, int R>
@@ -363,7 +366,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     const size_t row_bytes = (size_t)K * 16 / F::kPerChunk;
     // SwiGLU (gate_up, the largest projection) loops: its blocks stay resident and take row groups
     // blockIdx.x, + gridDim.x, ... staging x once (gemv_launch_rows sizes the grid); others take one group.
-    constexpr bool kLoops = gemv_loops<OUT>();
+    constexpr bool kLoops = gemv_loops<OUT, R>();
     const int n_groups = CEIL_DIV(N, kGemvWarps / KS * R);
     int rg = blockIdx.x / S, row0 = 0;
     bool active = false;
@@ -587,7 +590,7 @@ inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w,
     smem = gemv_capped_smem(gemv_kernel<F, IN, OUT, R>, smem);
     cudaLaunchConfig_t cfg = {};
     int groups = CEIL_DIV(L.N, kGemvWarps * R / KS), grid = groups * S;
-    if (gemv_loops<OUT>() && S == 1) grid = gemv_resident_grid(gemv_kernel<F, IN, OUT, R>, smem, groups);
+    if (gemv_loops<OUT, R>() && S == 1) grid = gemv_resident_grid(gemv_kernel<F, IN, OUT, R>, smem, groups);
     cfg.gridDim = dim3(grid);
     cfg.blockDim = dim3(kGemvWarps * 32);
     cfg.dynamicSmemBytes = smem;

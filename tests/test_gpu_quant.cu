@@ -158,7 +158,8 @@ TEST_CASE("FP8 (per channel and 128-blocks) and INT4 GEMV, all input/output mode
             gemv_rmsnorm(h.L, d_xf.p, d_nw.p, 1e-6f, d_y.p, 0);
             auto gu = dot_ref(h.deq, a8 ? as_int8_per_32(normed) : normed, N, K);
             CHECK_CLOSE(compare(d_y.download(), gu), cs.bound);
-            // SwiGLU: enough outputs for a relative norm to mean something; at 12,000 rows its blocks loop
+            // SwiGLU: enough outputs for a relative norm to mean something; at 12,000 rows the 4-row kernel's
+            // blocks loop (more row groups than resident blocks)
             if (N % 2 == 0 && N >= 32) {
                 DeviceVec<bf16> d_h(N / 2);
                 gemv_rmsnorm_swiglu(h.L, d_xf.p, d_nw.p, 1e-6f, d_h.p, 0);
