@@ -26,13 +26,12 @@
 //     fewer bytes, take twice the rows per warp: a block then streams about as many weight bytes per
 //     staging as a bf16 one (FP8 4B gate_up: 608 row groups instead of 1216). Splitting K across a
 //     thread-block cluster is the other way, kept for comparison (tools/bench_gemv);
-//   - the SwiGLU GEMV (gate_up: 2-4 waves of row groups) runs only as many blocks as fit on the GPU at once,
-//     each normalising and staging x once and then taking row groups b, b + grid, ... in turn, the next
-//     group's first loads issued before the last group's sums are written (4B fp8: 203 blocks of 3 groups).
-//     Qwen3-4B / 8B decode on the H100 (kb/status.md, fourteenth session): int4 +8.8% / +6.4%, fp8 +2.2% /
-//     +0.7%, bf16 +0.7% / -0.6%. Only gate_up loops: its blocks fit 2 per SM whether the loop's registers
-//     are there or not (87 -> 105 for fp8), while the sixth session's loop in every GEMV pushed the others
-//     past their occupancy steps and lost.
+//   - the 4-row SwiGLU GEMV (FP8 / INT4 gate_up: 2-3 waves of row groups) runs only as many blocks as fit on
+//     the GPU at once, each normalising and staging x once and then taking row groups b, b + grid, ... in
+//     turn, the next group's first loads issued before the last group's sums are written (4B fp8: 203
+//     blocks of 3 groups). Qwen3-4B / 8B decode on the H100 (kb/status.md, fourteenth session): int4 +8.9% /
+//     +6.4%, fp8 +2.2% / +0.6%. Every other kernel takes one group per block (gemv_loops says why);
+//     the sixth session's loop in every GEMV pushed the others past their occupancy steps and lost.
 //     Napkin: Qwen3-4B reads ~8.0 GB of bf16 weights per token; at 3.0 TB/s that is 2.7 ms.
 // Per format, what a 16-byte chunk costs (lane instructions, roughly):
 //   bf16: 8 weights; x staged bf16; 8 fp32 FMAs after unpacking (~25)
