@@ -342,6 +342,7 @@ constexpr size_t gemv_smem_bytes(int K, int S) {
 //   S (1, 2, 4 or 8, Hopper only, KS = 1) blocks form a thread-block cluster over the parts of K, and block 0
 //     of the cluster adds the others' sums out of their shared memory (distributed shared memory).
 // Both add partial sums in a fixed order: deterministic, no atomics, no extra launch.
+
 // Whether a kernel's blocks loop over row groups (the layout notes at the top): the SwiGLU GEMV of 4 rows per
 // warp (FP8 and INT4 gate_up at 4B and 8B). The loop costs registers (fp8 87 -> 105), which the 4-row kernels
 // have to spare at 2 blocks per SM; the 2-row ones do not: fp8's went 72 -> 104, 3 blocks per SM to 2, and
@@ -363,8 +364,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = warp / KS, slice = warp % KS;
     const int part = blockIdx.x % S;
     const size_t row_bytes = (size_t)K * 16 / F::kPerChunk;
-    // SwiGLU (gate_up, the largest projection) loops: its blocks stay resident and take row groups
-    // blockIdx.x, + gridDim.x, ... staging x once (gemv_launch_rows sizes the grid); others take one group.
+    // A looping kernel (gemv_loops: the 4-row SwiGLU) keeps its blocks resident, each taking row groups
+    // blockIdx.x, + gridDim.x, ... after staging x once (gemv_resident_grid sizes the grid); others take one group.
     constexpr bool kLoops = gemv_loops<OUT, R>();
     const int n_groups = CEIL_DIV(N, kGemvWarps / KS * R);
     int rg = blockIdx.x / S, row0 = 0;
@@ -435,7 +436,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
         if constexpr (kLoops) {
             rg += gridDim.x / S;
             more = rg < n_groups;
-            if (more) set_group(rg), load_batch(lane);
+            if (more) {
+                set_group(rg);
+                load_batch(lane);
+            }
         }
         if (done_active)
 #pragma unroll

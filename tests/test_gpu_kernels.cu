@@ -440,10 +440,12 @@ TEST_CASE("the looping (SwiGLU) GEMV's grid: at most the resident blocks, each t
     for (int groups : {1, 7, resident - 1, resident, resident + 1, 2 * resident + 5, 608, 1216, 100000}) {
         CAPTURE(groups);
         const int grid = gemv_resident_grid(kernel, smem, groups);
-        const int share = CEIL_DIV(groups, grid);
+        // block b takes groups b, b + grid, ...: the first block the most, the last the fewest
+        const int most = CEIL_DIV(groups, grid), fewest = CEIL_DIV(groups - (grid - 1), grid);
         CHECK(grid <= std::min(groups, resident));
-        CHECK(share == CEIL_DIV(groups, resident));  // no block takes more groups than the fewest possible
-        CHECK((share - 1) * grid < groups);          // every block has at least one group
+        CHECK(most == CEIL_DIV(groups, resident));  // no block takes more groups than one wave of blocks must
+        CHECK(fewest >= 1);
+        CHECK(most - fewest <= 1);
     }
 }
 
