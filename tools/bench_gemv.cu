@@ -5,10 +5,12 @@
 // Each shape runs on enough copies of its weights (rotated) that they never fit in L2, on random data,
 // timed with CUDA events over 200 back-to-back launches (each may overlap the previous one's tail through
 // programmatic dependent launch, as in the engine; one column turns that off); GB/s counts the bytes the
-// kernel must read (weights + scales).
+// kernel must read (weights + scales). The 'as engine' column makes each projection's own call: qkv with the fused
+// RMSNorm, gate_up with the RMSNorm and the SwiGLU epilogue, o and down with the residual add.
 // The same shapes through cuBLAS (bf16 GEMM with one column) are printed for comparison, with the device
 // copy bandwidth measured in the same process as the ceiling.
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "gemm.cuh"
@@ -77,7 +79,10 @@ int main() {
         };
         struct Fmt { const char* name; WFormat f; };
         std::vector<Fmt> fmts = {{"bf16", WFormat::BF16}, {"fp8", WFormat::FP8}, {"int4", WFormat::INT4}};
-        struct Variant { GemvLayout layout; bool pdl, rmsnorm; };  // layout {0, 0, 0}: the engine's rule (R 0: the rule's rows per warp)
+        // layout {0, 0, 0}: the engine's rule (R 0: the rule's rows per warp). as_engine: the call the engine makes for
+        // this projection (qkv: fused RMSNorm; gate_up: fused RMSNorm and SwiGLU, whose 4-row blocks loop over row
+        // groups; o and down: residual add; lm_head: plain); otherwise a plain y = W x.
+        struct Variant { GemvLayout layout; bool pdl, as_engine; };
         const Variant variants[] = {{{0, 0, 0}, true, false}, {{0, 0, 0}, false, false}, {{0, 0, 0}, true, true}, {{1, 1, 0}, true, false},
                                     {{1, 2, 0}, true, false}, {{1, 4, 0}, true, false}, {{1, 8, 0}, true, false}, {{2, 1, 0}, true, false},
                                     {{4, 1, 0}, true, false}};
@@ -86,7 +91,7 @@ int main() {
         for (const Fmt& f : fmts) {
             std::printf("\n%s weights: GB/s (%% of copy) by layout (KS warps per row group, S blocks per cluster); 'auto' is what the "
                         "engines use\n", f.name);
-            std::printf("%-4s %-8s %7s %6s | %11s %11s %11s %11s %11s %11s %11s %11s %11s |%s\n", "", "shape", "N", "K", "auto", "auto no-pdl", "auto+norm",
+            std::printf("%-4s %-8s %7s %6s | %11s %11s %11s %11s %11s %11s %11s %11s %11s |%s\n", "", "shape", "N", "K", "auto", "auto no-pdl", "as engine",
                         "KS 1", "KS 2", "KS 4", "KS 8", "S 2", "S 4",
                         f.f == WFormat::BF16 ? " cuBLAS" : "");
             for (const GemvShape& sh : shapes) {
@@ -96,12 +101,15 @@ int main() {
                 CUDA_CHECK(cudaMalloc(&y, (size_t)sh.N * 4));
                 CUDA_CHECK(cudaMalloc(&x, (size_t)sh.K * 2));
                 fill_bf16_kernel<<<64, 256>>>(x, sh.K, 3);
-                // The fused-RMSNorm input (the engine's qkv and gate_up): float x and bf16 norm weights.
+                // The fused-RMSNorm input (the engine's qkv and gate_up): float x and bf16 norm weights; h, gate_up's output.
                 float* xf = nullptr;
                 bf16* norm_w = nullptr;
                 CUDA_CHECK(cudaMalloc(&xf, (size_t)sh.K * 4));
                 CUDA_CHECK(cudaMalloc(&norm_w, (size_t)sh.K * 2));
                 fill_scales_kernel<<<64, 256>>>(xf, norm_w, sh.K);
+                bf16* h = nullptr;
+                CUDA_CHECK(cudaMalloc(&h, (size_t)sh.N));  // N / 2 bf16
+                const std::string proj = sh.name;
                 GpuMemory mem;
                 Linear probe;
                 probe.N = sh.N, probe.K = sh.K, probe.fmt = f.f, probe.kblock = fp8_kblock(sh.K);
@@ -114,8 +122,10 @@ int main() {
                     gemv_forced_layout() = v.layout;
                     pdl_enabled() = pdl_default && v.pdl;
                     auto run = [&](const Linear& L) {
-                        if (v.rmsnorm) gemv_rmsnorm(L, xf, norm_w, 1e-6f, y, st);
-                        else gemv(L, x, y, st);
+                        if (!v.as_engine || proj == "lm_head") gemv(L, x, y, st);
+                        else if (proj == "qkv") gemv_rmsnorm(L, xf, norm_w, 1e-6f, y, st);
+                        else if (proj == "gate_up") gemv_rmsnorm_swiglu(L, xf, norm_w, 1e-6f, h, st);
+                        else gemv_add(L, x, y, st);  // o, down
                     };
                     for (int i = 0; i < 3; i++) run(Ls[i % copies]);
                     t.start();
@@ -138,6 +148,7 @@ int main() {
                 CUDA_CHECK(cudaFree(x));
                 CUDA_CHECK(cudaFree(xf));
                 CUDA_CHECK(cudaFree(norm_w));
+                CUDA_CHECK(cudaFree(h));
             }
         }
         return 0;
