@@ -353,6 +353,10 @@ constexpr bool gemv_loops() {
     return OUT == GemvOutput::SWIGLU_BF16 && R == 4;
 }
 
+// Row groups of a projection of N rows: a group is the kGemvWarps / KS warp groups of R rows that one block
+// (or one cluster, S > 1) takes at a time.
+__host__ __device__ constexpr int gemv_row_groups(int N, int R, int KS) { return CEIL_DIV(N, kGemvWarps / KS * R); }
+
 template <class F, GemvInput IN, GemvOutput OUT, int R>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_kernel(Linear L, const void* __restrict__ x_in, const bf16* __restrict__ norm_w, float eps, float* __restrict__ y,
@@ -367,7 +371,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     // A looping kernel (gemv_loops: the 4-row SwiGLU) keeps its blocks resident, each taking row groups
     // blockIdx.x, + gridDim.x, ... after staging x once (gemv_resident_grid sizes the grid); others take one group.
     constexpr bool kLoops = gemv_loops<OUT, R>();
-    const int n_groups = CEIL_DIV(N, kGemvWarps / KS * R);
+    const int n_groups = gemv_row_groups(N, R, KS);
     int rg = blockIdx.x / S, row0 = 0;
     bool active = false;
     int rows[R];  // rows past N compute the last row again; their copies are dropped
@@ -592,7 +596,7 @@ inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w,
     if (smem > kGemvMaxSmem) die("gemv: K = %d is too large for the shared-memory copy of x", L.K);
     smem = gemv_capped_smem(gemv_kernel<F, IN, OUT, R>, smem);
     cudaLaunchConfig_t cfg = {};
-    int groups = CEIL_DIV(L.N, kGemvWarps * R / KS), grid = groups * S;
+    int groups = gemv_row_groups(L.N, R, KS), grid = groups * S;
     if (gemv_loops<OUT, R>() && S == 1) grid = gemv_resident_grid(gemv_kernel<F, IN, OUT, R>, smem, groups);
     cfg.gridDim = dim3(grid);
     cfg.blockDim = dim3(kGemvWarps * 32);
