@@ -22,7 +22,7 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int n_
 
 // The same with two L2 hints for a stream read once: its lines go first when L2 needs room (evict_first),
 // and L2 fetches the whole 256-byte block around each request. Flash-Decoding's bf16 key and value tiles:
-// at 16k context (Qwen3-4B, H100) decode went from 247.5 to 251.1 tok/s (kb/status.md, tenth session); the
+// at 16k context (Qwen3-4B, H100) decode went from 247.5 to 251.1 tok/s (kb/log.md, tenth session); the
 // GEMVs stream their weights with evict-first loads (__ldcs) for the same reason.
 __device__ __forceinline__ void cp_async_16_read_once(void* smem, const void* gmem, int n_bytes = 16) {
     unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));

@@ -16,7 +16,7 @@
 // RMS-normed or bounded (|x| < 65504 by far; the conversions saturate), and P = 2^(S - m) is in (0, 1],
 // so fp16's 3 extra mantissa bits come free. With bf16 inputs the roundings of q, k, v and P were a third
 // of the engine's error against transformers float32 at Qwen3-4B's last layer (oracle/precision_probe.py,
-// kb/status.md). Over a bf16 cache (a later chunk of a long prompt) the keys and values are bf16 already;
+// kb/log.md). Over a bf16 cache (a later chunk of a long prompt) the keys and values are bf16 already;
 // the tiles are then copied as they are and q and P go to bf16: converting every tile to fp16 made that
 // attention 25% slower (4B, 2k tokens: 12.5 against 10.0 ms).
 // Fragment layouts (mma.cuh): S's accumulators, rounded to 16 bits, are directly the A operand of P V; K

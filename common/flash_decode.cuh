@@ -163,7 +163,7 @@ __device__ __forceinline__ void flash_decode_issue_tile(unsigned char* ws, int s
     constexpr int kChunks = T::kKeys * T::kChunksPerRow;
     constexpr size_t kRow = (size_t)HD * (T::kFp8 ? 1 : 2);  // bytes of a cache row in global memory
     // bf16: read-once hints (async_copy.cuh). Not for FP8, whose 16k decode they slowed (269.8 -> 264.6 tok/s,
-    // Qwen3-4B, H100, kb/status.md tenth session).
+    // Qwen3-4B, H100, kb/log.md tenth session).
     auto copy = [](void* dst, const void* src, int n) {
         if constexpr (T::kFp8) cp_async_16(dst, src, n);
         else cp_async_16_read_once(dst, src, n);
@@ -260,7 +260,7 @@ __device__ __forceinline__ void flash_decode_q_fragments(const bf16* q_rows, int
 // ring in shared memory (cp.async), kStages - 1 ahead of the one being multiplied.
 // (The CUDA-core version before this spent ~100 instructions per key on dot products, shuffles and
 // exp2 in every lane: at 16k it took the same 51 us per layer with the FP8 cache as with bf16, so it was
-// not bound by bytes; this one takes 31 / 22 us, kb/status.md.)
+// not bound by bytes; this one takes 31 / 22 us, kb/log.md.)
 // Before waiting for the previous kernel, a block already reads *d_pos and starts its first tiles: the
 // rows before *d_pos are written by earlier decode steps, which the caller separates from this launch by
 // an ordinary (non-overlapping) launch or copy. Row *d_pos (this token's) is written by the previous
@@ -448,7 +448,7 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
 // the split launch wrote the partials, through L2.
 // Why a launch of its own: before, the last split block of each KV head merged its G heads after a
 // release-acquire count: one launch fewer, but a counter round trip and one block's merge of all splits
-// (4.7 us at 16k) sat on the critical path. Qwen3-4B on the H100 (kb/status.md, tenth session), old and new
+// (4.7 us at 16k) sat on the critical path. Qwen3-4B on the H100 (kb/log.md, tenth session), old and new
 // binaries alternating: 512 context 312.2-312.5 -> 314.5-315.2 tok/s (bf16), 457 -> 461 (fp8), 612 -> 612
 // (int4); 16k 248.0 -> 255.2-255.5, with the read-once key loads (which alone gave 247.5 -> 251.1). Merged by
 // 4-warp blocks with shared memory instead: 16k 254.3, but int4 2% slower at 512 (those blocks crowd out

@@ -29,7 +29,7 @@
 //   - the 4-row SwiGLU GEMV (FP8 / INT4 gate_up: 2-3 waves of row groups) runs only as many blocks as fit on
 //     the GPU at once, each normalising and staging x once and then taking row groups b, b + grid, ... in
 //     turn, the next group's first loads issued before the last group's sums are written (4B fp8: 203
-//     blocks of 3 groups). Qwen3-4B / 8B decode on the H100 (kb/status.md, fourteenth session): int4 +8.9% /
+//     blocks of 3 groups). Qwen3-4B / 8B decode on the H100 (kb/log.md, fourteenth session): int4 +8.9% /
 //     +6.4%, fp8 +2.2% / +0.6%. Every other kernel takes one group per block (gemv_loops says why);
 //     the sixth session's loop in every GEMV pushed the others past their occupancy steps and lost.
 //     Napkin: Qwen3-4B reads ~8.0 GB of bf16 weights per token; at 3.0 TB/s that is 2.7 ms.
@@ -43,7 +43,7 @@
 //         each (~5 per 8 weights); the int32 sum, less 8 x the chunk's sum of x codes, is scaled once
 //         (~24; ~58 when it was fp16 HFMA2 on x staged in fp16: Qwen3-4B int4 decode 577 -> 608 tok/s,
 //         8B 408 -> 437). The int8 rounding of x is small next to INT4's own error: on the shipped model
-//         (numpy, kb/status.md) it alone moves the logits by 0.6%, INT4 by 9.1%, both together by 9.1%.
+//         (numpy, kb/log.md) it alone moves the logits by 0.6%, INT4 by 9.1%, both together by 9.1%.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -87,7 +87,7 @@ struct L2Prefetch {
 
 // The start of next's weights, up to kL2AheadBytes. Why: a decode step leaves HBM idle at the seams of its
 // kernels (a GEMV's last blocks, the wait for x, the attention); weights fetched into L2 there are read
-// from L2 by the next projection. Measured in the engine's step (kb/status.md, fifth session): o_proj
+// from L2 by the next projection. Measured in the engine's step (kb/log.md, fifth session): o_proj
 // fetching 8 MB of gate_up after its wait, and gate_up 8 MB of down_proj at its start, raised 4B fp8 from
 // 442 to ~460 tok/s and 8B fp8 from 276 to 281 (bf16 +0.5%) on the H100, within noise on the H200 and for
 // Qwen3-0.6B; fetching gate_up from o_proj's early start instead slowed the attention kernel beside it (10.5
@@ -133,7 +133,7 @@ __device__ __forceinline__ void gemv_write(float acc0, float acc1, const float* 
 // Residual add: the writing lane asks for its rows of y as soon as the previous kernel is done (a cp.async
 // into shared memory, in the group of x's staging copies, so it costs no registers), so that the load's
 // latency passes during the staging of x and the dot products; a read-modify-write at the end put an L2 round
-// trip on the critical path of every o_proj and down_proj block (kb/status.md, thirteenth session). Nothing
+// trip on the critical path of every o_proj and down_proj block (kb/log.md, thirteenth session). Nothing
 // else writes these rows while this kernel runs. Other outputs read nothing.
 template <GemvOutput OUT, int R>
 __device__ __forceinline__ void gemv_fetch_old(const float* y, int row0, int N, bool writer, float* old) {
@@ -267,7 +267,7 @@ __device__ __forceinline__ float row_scale(const Linear& L, int row) {
 // (the kernel issues its L2 warm-up in between). Each thread issues all its copies at once (cp.async through
 // L1, where the SM's earlier blocks left x) and waits once. Loads into registers instead queued behind the block's own weight loads, one round trip per
 // 2,048 elements (a decode-step timeline, oracle/trace_report.py: 2-3.6 us per block for the fused RMSNorm
-// of 4B's qkv and gate_up); copies that skip L1 (cp.async.cg) were slower still (kb/status.md).
+// of 4B's qkv and gate_up); copies that skip L1 (cp.async.cg) were slower still (kb/log.md).
 //   BF16 input: copied as is; FP8 then converts each chunk to fp16 in place (the thread that copied a chunk
 //     converts it, so no barrier is needed in between), INT4 writes its int8 records in front of the copy.
 //   Fused RMSNorm: all of the fp32 x goes to a second area (the sum of squares needs all of it), the norm
@@ -527,7 +527,7 @@ inline GemvLayout& gemv_forced_layout() {
 // such a split; 8B fp8 qkv, o and down, with 4-12 chunks per lane, 3-5% faster). KS: the fewest warps per row group that make at least 1.5 blocks per SM, so that projections with
 // few rows (Qwen3-4B's 2560-row o_proj and down_proj: 160 blocks of 16 rows for 132 SMs) are cut finely
 // enough to spread evenly, while every lane keeps at least one 16-byte chunk of its slice. Measured with
-// tools/bench_gemv (kb/status.md): 4B's o and down run best at KS = 2 (320 blocks), 8B's (256 blocks) at
+// tools/bench_gemv (kb/log.md): 4B's o and down run best at KS = 2 (320 blocks), 8B's (256 blocks) at
 // KS = 1, and more blocks than needed cost more staging of x. Clusters (S > 1) only when forced.
 inline GemvLayout gemv_layout(int N, int chunks, int wide_rows) {
     const GemvDevice& d = gemv_device();

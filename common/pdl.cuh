@@ -11,7 +11,7 @@
 //
 // Why: decoding one token runs ~200 small kernels. Normally kernel n+1 starts only when kernel n has
 // drained, and HBM sits idle while kernel n's last blocks finish and kernel n+1's first loads are in
-// flight (measured gain from overlapping that: 1-3 points of roofline on Qwen3-4B, kb/status.md). With the
+// flight (measured gain from overlapping that: 1-3 points of roofline on Qwen3-4B, kb/log.md). With the
 // launch attribute below, kernel n+1's blocks are scheduled as soon as every
 // block of kernel n has called griddepcontrol.launch_dependents (PTX ISA, "griddepcontrol"); they fill
 // the SMs' free slots, start streaming their weights, then griddepcontrol.wait holds them until kernel n has
@@ -63,7 +63,7 @@ inline unsigned add_pdl_attribute(cudaLaunchAttribute* attrs, unsigned n) {
 // shared part than the one still running waits for the SM to drain, which is the very overlap PDL is
 // for. Every kernel launched through here (and the GEMV and Flash-Decoding) asks for the same split:
 // 164 KB shared (72%), enough for two Flash-Decoding blocks (75 KB each) beside GEMV blocks, and 92 KB of
-// L1, which the GEMVs' loads in flight need. Measured on the H100 (kb/status.md): 8B bf16 decode 155 ->
+// L1, which the GEMVs' loads in flight need. Measured on the H100 (kb/log.md): 8B bf16 decode 155 ->
 // 166 tok/s; the whole shared part (228 KB, 28 KB of L1) slowed the GEMVs by up to 25% instead.
 // Once per kernel, before any graph capture (the engine's first decode step is eager).
 constexpr int kDecodeSharedCarveoutPct = 72;

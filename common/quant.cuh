@@ -122,7 +122,7 @@ inline void quantize_int4_g128(const bf16* w, uint8_t* packed, bf16* scales, int
 // Dequantization for the prefill GEMM, one 16-byte store of 8 bf16 weights per thread (8 e4m3 bytes or 4
 // bytes of nibbles in, inside one row and one scale block): a warp writes 512 contiguous bytes. (Per pair of
 // weights with a 64-bit division each, it ran at about half the copy bandwidth; 32 or 64 bytes per thread,
-// in 2 or 4 strided stores, was slower again for INT4: kb/status.md.)
+// in 2 or 4 strided stores, was slower again for INT4: kb/log.md.)
 static __global__ void dequant_fp8_kernel(const uint8_t* __restrict__ q, const float* __restrict__ scale, int kblock, int n_kb,
                                           bf16* __restrict__ out, int K, unsigned n_chunks) {
     const unsigned chunks_per_row = K / 8;

@@ -124,7 +124,7 @@ __device__ __forceinline__ void head_norm_rope_8(float* x, const bf16* w, const 
 // elements: the head's sum of squares and the rotation's partner (element i + d/2, in lane dl ^ LPK/2) are
 // shuffles, so a head costs one 32-byte load per lane and no block barrier. Heads [0, nh) are q, [nh, nh + nkv)
 // k, [nh + nkv, nh + 2 nkv) v (stored to the cache as they are). (One block per head and token, thread i
-// owning the pair (i, i + d/2), took 118 us per layer for a 2,048-token Qwen3-4B chunk: kb/status.md.)
+// owning the pair (i, i + d/2), took 118 us per layer for a 2,048-token Qwen3-4B chunk: kb/log.md.)
 template <KvType KV, int HD>
 __global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, const int* __restrict__ d_pos,
                                           const bf16* __restrict__ q_norm_w, const bf16* __restrict__ k_norm_w,

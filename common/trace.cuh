@@ -14,7 +14,7 @@
 // written; its merge (kind 3): 1 after the wait, 4 merged. Without MONOCU_TRACE every macro is empty and
 // the kernels are the normal build's.
 // Why: it shows where a step's time goes between kernels (the wait after the previous kernel, staging,
-// the last blocks' tail), which per-kernel timings cannot; kb/status.md has what it found.
+// the last blocks' tail), which per-kernel timings cannot; kb/log.md has what it found.
 #pragma once
 
 #include <cstdio>
@@ -81,7 +81,7 @@ inline void trace_save(const std::string& path) {
 // instead of 3: that build's Qwen3-4B fp8 decode read 405 tok/s against the normal build's 460, and its
 // timeline showed a second wave of down_proj blocks that the normal build does not have. Now: 433 tok/s;
 // the FP8 and INT4 GEMVs take the normal build's registers (the bf16 ones without a fused norm 74 instead
-// of 64, still 3 blocks per SM under gemv.cuh's cap) (kb/status.md, thirteenth session).
+// of 64, still 3 blocks per SM under gemv.cuh's cap) (kb/log.md, thirteenth session).
 #define TRACE_BEGIN()                                                \
     __shared__ unsigned long long trace_t_[6];                        \
     if (threadIdx.x == 0) {                                           \

@@ -228,7 +228,7 @@ static __global__ void advance_pos_kernel(int* pos, int n) { *pos += n; }
 // prompt of up to kPrefillChunk tokens) reads its own keys and values in fp16, as computed, from s.fresh, which
 // the q/k norm kernel fills beside the cache: as transformers attends over a prompt, the cache's rounding (bf16
 // or e4m3) then only affects decode. fp16 keeps 3 more bits than a bf16 cache (attention.cuh says why that
-// matters), and an FP8 cache's per-tile conversion is skipped (kb/status.md). Later chunks need earlier
+// matters), and an FP8 cache's per-tile conversion is skipped (kb/log.md). Later chunks need earlier
 // positions, which only the cache holds; so does --kv-prefill-cache (no s.fresh), which oracle/quant_eval.py
 // uses to measure the FP8 cache's rounding.
 struct PrefillKv {

@@ -12,7 +12,7 @@
 //     a counter with __threadfence / atomicAdd / a volatile poll (the eighth session's branch exp/gemv-chain).
 // Each at K = 0 (the hand-over alone) and with x of K floats moved: every block writes its slice, then after
 // the hand-over reads all of x into shared memory (what a GEMV's staging does). Prints microseconds per step.
-// What it answered (kb/status.md, thirteenth session): on the H100 a barrier inside a persistent kernel costs
+// What it answered (kb/log.md, thirteenth session): on the H100 a barrier inside a persistent kernel costs
 // more than a PDL kernel boundary, so a persistent decode kernel could win only by overlapping weight loads
 // with the attention and the hand-overs, not by cheaper hand-overs.
 #include <cooperative_groups.h>
