@@ -61,30 +61,27 @@ struct Result {
     unsigned sink;
 };
 
-// Blocks 0 .. streamers-1 stream until the probe is done; the last block probes; the rest return.
-__global__ void __launch_bounds__(kThreads) loaded_latency_kernel(const uint4* stream, size_t stream_n, Walk l2, Walk hbm, unsigned l2_lines,
-                                                                  unsigned hbm_lines, int streamers, unsigned row, volatile int* done, Result* out) {
-    extern __shared__ unsigned char smem_unused[];  // only sets how many blocks share an SM
-    const int b = blockIdx.x;
-    if (b == gridDim.x - 1) {
-        if (threadIdx.x != 0) return;
-        unsigned sink = 0;
-        walk_ns(l2, 0, (int)l2_lines, &sink);  // the whole small walk into L2
-        unsigned long long t = global_ns();
-        while (global_ns() - t < 20000) {  // 20 us for the streamers to reach full rate
-        }
-        for (int r = 0; r < kRounds; r++) {
-            out->l2_ns[r] = walk_ns(l2, (r * 977u) % l2_lines, kHops, &sink);
-            // a fresh stretch of the big cycle for every walk of every row: lines walked before would be in L2
-            out->hbm_ns[r] = walk_ns(hbm, (unsigned)(((row * kRounds + r) * 104729ull) % hbm_lines), kHops, &sink);
-        }
-        out->sink = sink;
-        __threadfence();
-        *done = 1;
-        return;
+// The probe (thread 0 of one block): warms the small walk into L2, gives the streamers 20 us to reach full rate,
+// then times kRounds walks of each kind and tells the streamers to stop.
+__device__ void probe(Walk l2, Walk hbm, unsigned l2_lines, unsigned hbm_lines, unsigned row, volatile int* done, Result* out) {
+    unsigned sink = 0;
+    walk_ns(l2, 0, (int)l2_lines, &sink);
+    unsigned long long t = global_ns();
+    while (global_ns() - t < 20000) {
     }
-    if (b >= streamers) return;
-    // Block b reads lines b, b + streamers, ... of 4 KB (256 threads x 16 bytes), wrapping around, until done.
+    for (int r = 0; r < kRounds; r++) {
+        out->l2_ns[r] = walk_ns(l2, (r * 977u) % l2_lines, kHops, &sink);
+        // a fresh stretch of the big cycle for every walk of every row: lines walked before would be in L2
+        out->hbm_ns[r] = walk_ns(hbm, (unsigned)(((row * kRounds + r) * 104729ull) % hbm_lines), kHops, &sink);
+    }
+    out->sink = sink;
+    __threadfence();
+    *done = 1;
+}
+
+// Streamer block b of `streamers`: reads 4 KB chunks b, b + streamers, ... of the buffer (256 threads x 16 bytes,
+// 8 chunks in flight), wrapping around, until the probe is done; adds its bytes and time span to out.
+__device__ void stream_until_done(const uint4* stream, size_t stream_n, int b, int streamers, volatile int* done, Result* out) {
     const size_t chunks = stream_n / kThreads;
     uint4 acc = make_uint4(0, 0, 0, 0);
     unsigned long long n = 0, t0 = global_ns();
@@ -103,6 +100,18 @@ __global__ void __launch_bounds__(kThreads) loaded_latency_kernel(const uint4* s
         atomicAdd(&out->stream_bytes, n * kThreads * 16);
         atomicMin(&out->first_ns, t0);
         atomicMax(&out->last_ns, t1);
+    }
+}
+
+// Blocks 0 .. streamers-1 stream; the last block probes; the rest return at once.
+__global__ void __launch_bounds__(kThreads) loaded_latency_kernel(const uint4* stream, size_t stream_n, Walk l2, Walk hbm, unsigned l2_lines,
+                                                                  unsigned hbm_lines, int streamers, unsigned row, volatile int* done, Result* out) {
+    extern __shared__ unsigned char smem_unused[];  // only sets how many blocks share an SM
+    const int b = blockIdx.x;
+    if (b == gridDim.x - 1) {
+        if (threadIdx.x == 0) probe(l2, hbm, l2_lines, hbm_lines, row, done, out);
+    } else if (b < streamers) {
+        stream_until_done(stream, stream_n, b, streamers, done, out);
     }
 }
 
