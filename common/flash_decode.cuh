@@ -515,9 +515,7 @@ __global__ void __launch_bounds__(32)
 inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ctx, GpuMemory& mem) {
     if (head_dim != 64 && head_dim != 128) die("flash_decode: head_dim %d is not supported (64, 128)", head_dim);
     if (n_heads % n_kv != 0 || n_heads / n_kv > 8) die("flash_decode: %d heads over %d KV heads (group of 1..8 supported)", n_heads, n_kv);
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int sms = sm_count();
     FlashDecode fd;
     fd.n_heads = n_heads, fd.n_kv = n_kv, fd.head_dim = head_dim, fd.ctx = ctx;
     // About 2 blocks per SM at full context (their shared memory allows 2); at short context one split per

@@ -502,9 +502,7 @@ struct GemvDevice {
 inline const GemvDevice& gemv_device() {
     static GemvDevice d = [] {
         GemvDevice g;
-        int dev = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&g.sms, cudaDevAttrMultiProcessorCount, dev));
+        g.sms = sm_count();
         g.clusters = compute_capability_major() >= 9;
         return g;
     }();

@@ -138,11 +138,7 @@ static float median(float* v, int n) {
 int main() {
     return run_main([]() -> int {
         require_cuda_device();
-        int dev = 0, sms = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        cudaDeviceProp prop;
-        CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+        const int sms = sm_count();
         CUDA_CHECK(cudaFuncSetAttribute(loaded_latency_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmemOnePerSm));
         for (auto [smem, want] : {std::pair<size_t, int>{kSmemOnePerSm, 1}, std::pair<size_t, int>{kSmemTwoPerSm, 2}}) {
             int per_sm = 0;
@@ -161,7 +157,7 @@ int main() {
         cudaStream_t st;
         CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
         const double copy_gbs = measure_copy_bandwidth(st);
-        std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write); hops: median of %d walks of %d\n", prop.name, sms,
+        std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write); hops: median of %d walks of %d\n", device_name().c_str(), sms,
                     copy_gbs, kRounds, kHops);
         auto measure = [&](int grid, size_t smem, int streamers, unsigned row) {
             Result h = {};

@@ -116,9 +116,7 @@ static float time_kernel_chain(const Buffers& b, int grid, int K, bool pdl, cuda
 // The same in one cooperative launch (all blocks resident), or -1 when `grid` blocks cannot all be resident.
 template <Barrier B>
 static float time_persistent(const Buffers& b, int grid, int K, cudaStream_t st) {
-    int sms = 0, per_sm = 0, dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int sms = sm_count(), per_sm = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_kernel<B>, kThreads, 0));
     if (per_sm * sms < grid) return -1.f;
     float *xa = b.xa, *xb = b.xb;
@@ -137,12 +135,8 @@ static float time_persistent(const Buffers& b, int grid, int K, cudaStream_t st)
 int main() {
     return run_main([]() -> int {
         require_cuda_device();
-        int dev = 0, sms = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        cudaDeviceProp prop;
-        CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-        std::printf("device: %s, %d SMs; microseconds per step (%d steps, median of 7 runs)\n", prop.name, sms, kSteps);
+        const int sms = sm_count();
+        std::printf("device: %s, %d SMs; microseconds per step (%d steps, median of 7 runs)\n", device_name().c_str(), sms, kSteps);
         Buffers b;
         CUDA_CHECK(cudaMalloc(&b.xa, kMaxK * sizeof(float)));
         CUDA_CHECK(cudaMalloc(&b.xb, kMaxK * sizeof(float)));
