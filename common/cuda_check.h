@@ -99,4 +99,12 @@ inline std::string device_name() {
     return prop.name;
 }
 
+// The GPU's global timer in nanoseconds: one clock for every SM (unlike clock64), so stamps taken by different
+// blocks compare directly. (Device code.)
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 }  // namespace monocu

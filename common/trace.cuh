@@ -39,12 +39,6 @@ __device__ int g_trace_on;
 __device__ unsigned g_trace_count;
 __device__ TraceRecord g_trace[kTraceCapacity];
 
-__device__ __forceinline__ unsigned long long trace_clock() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
 __device__ __forceinline__ void trace_append(unsigned kind, unsigned a, unsigned b, const unsigned long long* t) {
     if (!g_trace_on || threadIdx.x != 0) return;
     unsigned i = atomicAdd(&g_trace_count, 1u);
@@ -86,11 +80,11 @@ inline void trace_save(const std::string& path) {
     __shared__ unsigned long long trace_t_[6];                        \
     if (threadIdx.x == 0) {                                           \
         for (int trace_k_ = 1; trace_k_ < 6; trace_k_++) trace_t_[trace_k_] = 0; \
-        trace_t_[0] = monocu::trace_clock();                          \
+        trace_t_[0] = monocu::global_timer_ns();                          \
     }
 #define TRACE_MARK(k)                                         \
     do {                                                      \
-        if (threadIdx.x == 0) trace_t_[k] = monocu::trace_clock(); \
+        if (threadIdx.x == 0) trace_t_[k] = monocu::global_timer_ns(); \
     } while (0)
 #define TRACE_BARRIER() __syncthreads()
 #define TRACE_END(kind, a, b) monocu::trace_append(kind, a, b, trace_t_)

@@ -27,30 +27,22 @@
 
 #include "cuda_check.h"
 #include "errors.h"
+#include "gpu_memory.cuh"
 #include "timing.cuh"
 
 using namespace monocu;
 
-constexpr int kThreads = 256, kHops = 512, kRounds = 9;
+constexpr int kThreads = 256, kHops = 512, kRounds = 9, kInFlight = 8;  // kInFlight: 16-byte loads per streaming thread
 constexpr size_t kStreamBytes = size_t(2) << 30, kL2Bytes = 512 << 10, kHbmBytes = size_t(256) << 20, kLine = 128;
 constexpr size_t kSmemOnePerSm = 160 << 10, kSmemTwoPerSm = 100 << 10;  // shared memory that holds 1 or 2 blocks per SM
 
-__device__ __forceinline__ unsigned long long global_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
-struct Walk {
-    const unsigned* next;  // next[line * 32] = the next line, a random cycle over the walk's lines
-};
-
-// Nanoseconds per hop over `hops` dependent loads (ld.global.cg: L2, never L1).
-__device__ float walk_ns(Walk w, unsigned start, int hops, unsigned* sink) {
+// Nanoseconds per hop over `hops` dependent loads (ld.global.cg: L2, never L1) of a walk: next[line * 32] is the
+// line after `line`, a random cycle over the walk's lines (make_walk).
+__device__ float walk_ns(const unsigned* next, unsigned start, int hops, unsigned* sink) {
     unsigned line = start;
-    unsigned long long t0 = global_ns();
-    for (int h = 0; h < hops; h++) line = __ldcg(w.next + (size_t)line * (kLine / 4));
-    unsigned long long t1 = global_ns();
+    unsigned long long t0 = global_timer_ns();
+    for (int h = 0; h < hops; h++) line = __ldcg(next + (size_t)line * (kLine / 4));
+    unsigned long long t1 = global_timer_ns();
     *sink += line;  // keeps the chain
     return float(t1 - t0) / hops;
 }
@@ -63,11 +55,11 @@ struct Result {
 
 // The probe (thread 0 of one block): warms the small walk into L2, gives the streamers 20 us to reach full rate,
 // then times kRounds walks of each kind and tells the streamers to stop.
-__device__ void probe(Walk l2, Walk hbm, unsigned l2_lines, unsigned hbm_lines, unsigned row, volatile int* done, Result* out) {
+__device__ void probe(const unsigned* l2, const unsigned* hbm, unsigned l2_lines, unsigned hbm_lines, unsigned row, volatile int* done, Result* out) {
     unsigned sink = 0;
     walk_ns(l2, 0, (int)l2_lines, &sink);
-    unsigned long long t = global_ns();
-    while (global_ns() - t < 20000) {
+    unsigned long long t = global_timer_ns();
+    while (global_timer_ns() - t < 20000) {
     }
     for (int r = 0; r < kRounds; r++) {
         out->l2_ns[r] = walk_ns(l2, (r * 977u) % l2_lines, kHops, &sink);
@@ -80,21 +72,21 @@ __device__ void probe(Walk l2, Walk hbm, unsigned l2_lines, unsigned hbm_lines, 
 }
 
 // Streamer block b of `streamers`: reads 4 KB chunks b, b + streamers, ... of the buffer (256 threads x 16 bytes,
-// 8 chunks in flight), wrapping around, until the probe is done; adds its bytes and time span to out.
+// kInFlight chunks in flight), wrapping around, until the probe is done; adds its bytes and time span to out.
 __device__ void stream_until_done(const uint4* stream, size_t stream_n, int b, int streamers, volatile int* done, Result* out) {
     const size_t chunks = stream_n / kThreads;
     uint4 acc = make_uint4(0, 0, 0, 0);
-    unsigned long long n = 0, t0 = global_ns();
-    for (size_t c = b;; c += (size_t)streamers * 8) {
-        uint4 v[8];
+    unsigned long long n = 0, t0 = global_timer_ns();
+    for (size_t c = b;; c += (size_t)streamers * kInFlight) {
+        uint4 v[kInFlight];
 #pragma unroll
-        for (int u = 0; u < 8; u++) v[u] = __ldcs(stream + ((c + (size_t)u * streamers) % chunks) * kThreads + threadIdx.x);
+        for (int u = 0; u < kInFlight; u++) v[u] = __ldcs(stream + ((c + (size_t)u * streamers) % chunks) * kThreads + threadIdx.x);
 #pragma unroll
-        for (int u = 0; u < 8; u++) acc.x ^= v[u].x, acc.y ^= v[u].y, acc.z ^= v[u].z, acc.w ^= v[u].w;
-        n += 8;
+        for (int u = 0; u < kInFlight; u++) acc.x ^= v[u].x, acc.y ^= v[u].y, acc.z ^= v[u].z, acc.w ^= v[u].w;
+        n += kInFlight;
         if (*done) break;
     }
-    unsigned long long t1 = global_ns();
+    unsigned long long t1 = global_timer_ns();
     if (acc.x == 0x12345678u && acc.y == 0x9abcdefu) out->sink ^= 1;  // keeps the loads
     if (threadIdx.x == 0) {
         atomicAdd(&out->stream_bytes, n * kThreads * 16);
@@ -104,7 +96,7 @@ __device__ void stream_until_done(const uint4* stream, size_t stream_n, int b, i
 }
 
 // Blocks 0 .. streamers-1 stream; the last block probes; the rest return at once.
-__global__ void __launch_bounds__(kThreads) loaded_latency_kernel(const uint4* stream, size_t stream_n, Walk l2, Walk hbm, unsigned l2_lines,
+__global__ void __launch_bounds__(kThreads) loaded_latency_kernel(const uint4* stream, size_t stream_n, const unsigned* l2, const unsigned* hbm, unsigned l2_lines,
                                                                   unsigned hbm_lines, int streamers, unsigned row, volatile int* done, Result* out) {
     extern __shared__ unsigned char smem_unused[];  // only sets how many blocks share an SM
     const int b = blockIdx.x;
@@ -116,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) loaded_latency_kernel(const uint4* s
 }
 
 // A random cycle over `lines` 128-byte lines of a buffer (Sattolo's shuffle), as the walk reads it.
-static unsigned* make_walk(size_t bytes, unsigned seed) {
+static unsigned* make_walk(size_t bytes, unsigned seed, GpuMemory& mem) {
     const unsigned lines = (unsigned)(bytes / kLine);
     std::vector<unsigned> order(lines);
     std::iota(order.begin(), order.end(), 0u);
@@ -124,8 +116,7 @@ static unsigned* make_walk(size_t bytes, unsigned seed) {
     for (unsigned i = lines - 1; i > 0; i--) std::swap(order[i], order[std::uniform_int_distribution<unsigned>(0, i - 1)(rng)]);
     std::vector<unsigned> host(bytes / 4, 0);
     for (unsigned i = 0; i < lines; i++) host[(size_t)order[i] * (kLine / 4)] = order[(i + 1) % lines];
-    unsigned* dev = nullptr;
-    CUDA_CHECK(cudaMalloc(&dev, bytes));
+    unsigned* dev = mem.alloc<unsigned>(bytes / 4, "walk");
     CUDA_CHECK(cudaMemcpy(dev, host.data(), bytes, cudaMemcpyHostToDevice));
     return dev;
 }
@@ -145,15 +136,12 @@ int main() {
             CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loaded_latency_kernel, kThreads, smem));
             if (per_sm != want) die("bench_loaded_latency: expected %d blocks per SM with %zu bytes, the occupancy calculator says %d", want, smem, per_sm);
         }
-        uint4* stream = nullptr;
-        CUDA_CHECK(cudaMalloc(&stream, kStreamBytes));
-        CUDA_CHECK(cudaMemset(stream, 0x5a, kStreamBytes));
-        unsigned* l2 = make_walk(kL2Bytes, 1);
-        unsigned* hbm = make_walk(kHbmBytes, 2);
-        Result* res = nullptr;
-        int* done = nullptr;
-        CUDA_CHECK(cudaMalloc(&res, sizeof(Result)));
-        CUDA_CHECK(cudaMalloc(&done, sizeof(int)));
+        GpuMemory mem;  // (alloc fills with 0xFF: the streamed bytes need no other value)
+        const uint4* stream = mem.alloc<uint4>(kStreamBytes / 16, "stream");
+        const unsigned* l2 = make_walk(kL2Bytes, 1, mem);
+        const unsigned* hbm = make_walk(kHbmBytes, 2, mem);
+        Result* res = mem.alloc<Result>(1, "result");
+        int* done = mem.alloc<int>(1, "flag");
         cudaStream_t st;
         CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
         const double copy_gbs = measure_copy_bandwidth(st);
@@ -164,7 +152,7 @@ int main() {
             h.first_ns = ~0ull;
             CUDA_CHECK(cudaMemcpyAsync(res, &h, sizeof(Result), cudaMemcpyHostToDevice, st));
             CUDA_CHECK(cudaMemsetAsync(done, 0, sizeof(int), st));
-            loaded_latency_kernel<<<grid, kThreads, smem, st>>>(stream, kStreamBytes / 16, Walk{l2}, Walk{hbm}, (unsigned)(kL2Bytes / kLine),
+            loaded_latency_kernel<<<grid, kThreads, smem, st>>>(stream, kStreamBytes / 16, l2, hbm, (unsigned)(kL2Bytes / kLine),
                                                                 (unsigned)(kHbmBytes / kLine), streamers, row, done, res);
             LAUNCH_CHECK();
             CUDA_CHECK(cudaMemcpyAsync(&h, res, sizeof(Result), cudaMemcpyDeviceToHost, st));
@@ -177,12 +165,7 @@ int main() {
                     "HBM miss, ns");
         for (int streamers : {0, 8, 16, 33, 66, 99, sms - 1, 0}) measure(sms, kSmemOnePerSm, streamers, ++row);
         std::printf("two blocks per SM, every other block streaming (so does the one beside the probe):\n");
-        for (int streamers : {2 * sms - 1}) measure(2 * sms, kSmemTwoPerSm, streamers, ++row);
-        CUDA_CHECK(cudaFree(stream));
-        CUDA_CHECK(cudaFree(l2));
-        CUDA_CHECK(cudaFree(hbm));
-        CUDA_CHECK(cudaFree(res));
-        CUDA_CHECK(cudaFree(done));
+        measure(2 * sms, kSmemTwoPerSm, 2 * sms - 1, ++row);
         CUDA_CHECK(cudaStreamDestroy(st));
         return 0;
     });
