@@ -318,9 +318,12 @@ __device__ __forceinline__ void gemv_stage_x_finish(float eps, int K, int k0, in
             if (i >= n) continue;
             float v[8];
             bf16x8_to_float(*reinterpret_cast<const uint4*>(staged + i), v);
-            if constexpr (kNorm) {
+            if constexpr (kNorm) {  // two 16-byte reads: 8 scalar ones put 8 lanes on each bank
+                float r[8];
+                *reinterpret_cast<float4*>(r) = *reinterpret_cast<const float4*>(raw + k0 + i);
+                *reinterpret_cast<float4*>(r + 4) = *reinterpret_cast<const float4*>(raw + k0 + i + 4);
 #pragma unroll
-                for (int k = 0; k < 8; k++) v[k] = __bfloat162float(__float2bfloat16_rn(raw[k0 + i + k] * inv * v[k]));
+                for (int k = 0; k < 8; k++) v[k] = __bfloat162float(__float2bfloat16_rn(r[k] * inv * v[k]));
             }
             F::stage8(smem, i, v, lanes);
         }
@@ -414,6 +417,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     const int xk0 = part * part_chunks * F::kPerChunk, xn = part_chunks * F::kPerChunk;
     gemv_stage_x_issue<F, IN>(x_in, norm_w, K, xk0, xn, gemv_smem);
     if (pf.after_wait) l2_prefetch_share(pf);
+    if (kTraceBuild) cp_async_wait<0>();  // the profiling build stamps when thread 0's copies of x have landed
+    TRACE_MARK(5);
     gemv_stage_x_finish<F, IN>(eps, K, xk0, xn, gemv_smem);
     TRACE_MARK(2);
 

@@ -9,7 +9,8 @@
 //   analysis:     python3 oracle/trace_report.py FILE.512 bf16
 // Thread 0 of each block reads %globaltimer (nanoseconds, one clock for all SMs) at each point and appends
 // one record to a device buffer. The kernels' points: GEMV (kind 1, a = N, b = K): 1 after waiting for the
-// previous kernel, 2 x staged, 3 its rows done, 4 every warp done (a barrier only this build has).
+// previous kernel, 2 x staged, 3 its rows done, 4 every warp done (a barrier only this build has), 5 thread 0's
+// copies of x landed (between 1 and 2; what remains of the staging is the other warps' copies and the arithmetic).
 // Flash-Decoding's split blocks (kind 2): 1 after the wait, 2 queries ready, 3 keys done, 4 partials
 // written; its merge (kind 3): 1 after the wait, 4 merged. Without MONOCU_TRACE every macro is empty and
 // the kernels are the normal build's.

@@ -11,6 +11,8 @@ over the step's layers, in microseconds:
   dur    previous kernel's last block end -> this kernel's last block end (what the kernel adds to the step)
   gap    previous kernel's end -> this kernel's first block past its wait (the PDL hand-over)
   stage  median block: wait -> x staged in shared memory (GEMV)
+  x_in   median block: wait -> thread 0's copies of x landed (GEMV; the rest of stage is the other warps'
+         copies and the arithmetic: norm, conversion)
   tail   last block end - 90th percentile block end
   early  blocks that started before the previous kernel ended (programmatic dependent launch)
   TB/s   weight bytes / dur (GEMV)
@@ -66,7 +68,7 @@ def main():
         is_fd, is_merge = r["key"][0] == "fd", r["key"][0] == "merge"
         name = "attention" if is_fd else "attention merge" if is_merge else "%d x %d" % r["key"]
         release, last_end = tr[:, 1].min(), er.max()
-        s = kinds.setdefault(name, dict(n=0, dur=0.0, gap=0.0, stage=0.0, tail=0.0, early=0, mb=0.0))
+        s = kinds.setdefault(name, dict(n=0, dur=0.0, gap=0.0, stage=0.0, x_in=0.0, tail=0.0, early=0, mb=0.0))
         s["n"] += 1
         dur = (last_end - (prev_end if prev_end is not None else tr[:, 0].min())) / 1e3
         s["dur"] += dur
@@ -79,15 +81,16 @@ def main():
                               last_end - release])
         elif not is_merge:
             s["stage"] += np.median(tr[:, 2] - tr[:, 1]) / 1e3
+            s["x_in"] += np.median(tr[:, 5] - tr[:, 1]) / 1e3
             s["mb"] += r["key"][0] * r["key"][1] * WEIGHT_BYTES[a.dtype] / 1e6
         prev_end = last_end
     print(f"{a.file}: {rec.size} block records, {len(runs)} launches; one step = {step:.1f} us")
-    print("%-16s %4s %8s %6s %6s %6s %7s %6s" % ("kernel (N x K)", "n", "dur us", "gap", "stage", "tail", "early", "TB/s"))
+    print("%-16s %4s %8s %6s %6s %6s %6s %7s %6s" % ("kernel (N x K)", "n", "dur us", "gap", "stage", "x_in", "tail", "early", "TB/s"))
     for name, s in kinds.items():
         n = s["n"]
         tbs = "%6.2f" % (s["mb"] / s["dur"]) if s["mb"] else "     -"
-        print("%-16s %4d %8.2f %6.2f %6.2f %6.2f %7.1f %s" % (name, n, s["dur"] / n, s["gap"] / n, s["stage"] / n, s["tail"] / n,
-                                                           s["early"] / n, tbs))
+        print("%-16s %4d %8.2f %6.2f %6.2f %6.2f %6.2f %7.1f %s" % (name, n, s["dur"] / n, s["gap"] / n, s["stage"] / n, s["x_in"] / n,
+                                                                  s["tail"] / n, s["early"] / n, tbs))
     if fd_phases:
         f = np.median(np.array(fd_phases), axis=0) / 1e3
         print("attention after its wait (median block, us): queries ready %.2f, keys done %.2f, partials written %.2f; "
