@@ -20,11 +20,12 @@
 //     fp32 accumulation across chunks; shuffle reduction at the end;
 //   - launched with programmatic dependent launch (pdl.cuh): the first 4 steps' loads are issued while the
 //     previous kernel is still finishing, and only then does the block wait for x;
-//   - blocks of 8 warps own 8R rows; when that makes too few blocks to keep every SM equally busy (a
-//     2560-row bf16 projection is 160 blocks on 132 SMs), 2-8 warps share a group of R rows, each summing a
+//   - blocks of W warps own W R rows (gemv_warps: 12 for FP8's and INT4's 2-row kernels, else 8; 24 warps
+//     per SM either way); when that makes too few blocks to keep every SM equally busy (a 2560-row bf16
+//     projection is 107 blocks of 24 rows on 132 SMs), 2-4 warps share a group of R rows, each summing a
 //     slice of K (gemv_layout). Every block stages x once, so the quantized formats, whose rows are 2-4x
-//     fewer bytes, take twice the rows per warp: a block then streams about as many weight bytes per
-//     staging as a bf16 one (FP8 4B gate_up: 608 row groups instead of 1216). Splitting K across a
+//     fewer bytes, take twice the rows per warp where they can: a block then streams about as many weight
+//     bytes per staging as a bf16 one (FP8 4B gate_up: 608 row groups instead of 1216). Splitting K across a
 //     thread-block cluster is the other way, kept for comparison (tools/bench_gemv);
 //   - the 4-row SwiGLU GEMV (FP8 / INT4 gate_up: 2-3 waves of row groups) runs only as many blocks as fit on
 //     the GPU at once, each normalising and staging x once and then taking row groups b, b + grid, ... in
@@ -66,14 +67,25 @@ namespace monocu {
 enum class GemvInput { BF16, F32_RMSNORM };
 enum class GemvOutput { STORE_F32, ADD_F32, SWIGLU_BF16 };
 
-constexpr int kGemvLoadsInFlight = 8, kGemvWarps = 8;  // 16-byte weight loads per lane per batch; warps per block
-constexpr size_t kGemvMaxSmem = 128 * 1024;            // dynamic shared memory a GEMV block may ask for
+constexpr int kGemvLoadsInFlight = 8;     // 16-byte weight loads per lane per batch
+constexpr size_t kGemvMaxSmem = 128 * 1024;  // dynamic shared memory a GEMV block may ask for
 
-// At most 3 GEMV blocks (24 warps) share an SM. The bf16 kernels without a fused norm need 64 registers,
-// which would let 4 in; held to 3 (by asking for more shared memory than they use), the decode step got
-// faster: Qwen3-0.6B bf16 1,247 -> 1,315 tok/s, 8B 175.4 -> 179.5, 4B 310.7 -> 313.4 (H100, sixth session;
-// o_proj and down_proj 10-15% faster in the step). Every other GEMV is held to 2-3 by its registers already.
-constexpr int kGemvMaxBlocksPerSm = 3;
+// At most 24 GEMV warps share an SM. With blocks of 8 warps, the bf16 kernels without a fused norm (64
+// registers) would let 4 blocks in; held to 3 (by asking for more shared memory than they use), the decode
+// step got faster: Qwen3-0.6B bf16 1,247 -> 1,315 tok/s, 8B 175.4 -> 179.5, 4B 310.7 -> 313.4 (H100, sixth
+// session; o_proj and down_proj 10-15% faster in the step). Fewer warps lose more: 16 per SM cost 6-27%
+// (kb/log.md, fifteenth session).
+constexpr int kGemvMaxWarpsPerSm = 24;
+
+// Warps per block, for kernels of R rows per warp in a format whose wide rows are wide_rows (F::kWideRows: 4 for
+// FP8 and INT4, 2 for bf16). Every block stages x for its own warps, and for the quantized formats that staging
+// is arithmetic (conversion, INT4's int8 quantization) that two or three blocks of an SM repeat side by side
+// (0.4-2 us at the start of each GEMV, kb/log.md, sixteenth session), so their 2-row kernels (71-80 registers)
+// run 2 blocks of 12 warps instead of 3 of 8. The 4-row ones (78-124 registers) stay at 8: one block of 16 or
+// 24 warps per SM leaves no room for the next kernel's blocks to start beside it, and lost 10-18%. bf16's
+// staging is a copy (or the fused norm), and 12 warps did not help it. Qwen3-4B / 8B on the H100 (sixteenth
+// session), 8 -> 12 warps: int4 +3.9% / +0.8%, fp8 +0.7% / +0.2%; bf16 0% / -0.3%, so bf16 keeps 8.
+__host__ __device__ constexpr int gemv_warps(int R, int wide_rows) { return R == 2 && wide_rows == 4 ? 12 : 8; }
 constexpr float kFp8XScale = 1.f / 256.f;
 
 // Bytes a GEMV asks L2 to fetch for the projection after it, split evenly over its blocks; empty by default.
@@ -339,9 +351,10 @@ constexpr size_t gemv_smem_bytes(int K, int S) {
 
 // Work layout: each warp owns R consecutive rows (2, or 4 for FP8 and INT4 where gemv_layout allows: their
 // rows are 2-4x fewer bytes, and a block then streams about as many weight bytes as a bf16 one for each
-// time it stages x), so block b owns 8R / KS rows (from (b / S) 8R / KS) and the part b % S of K.
-//   KS (1, 2, 4 or 8) warps share each group of R rows, warp w taking slice w % KS of the part's chunks; their
-//     sums meet in shared memory. More, smaller blocks for projections with few rows.
+// time it stages x), so a block of W = gemv_warps warps owns W R / KS rows (block b from (b / S) W R / KS)
+// and the part b % S of K.
+//   KS (1, 2, 4, or 8 where it divides W) warps share each group of R rows, warp w taking slice w % KS of the
+//     part's chunks; their sums meet in shared memory. More, smaller blocks for projections with few rows.
 //   S (1, 2, 4 or 8, Hopper only, KS = 1) blocks form a thread-block cluster over the parts of K, and block 0
 //     of the cluster adds the others' sums out of their shared memory (distributed shared memory).
 // Both add partial sums in a fixed order: deterministic, no atomics, no extra launch.
@@ -356,15 +369,16 @@ constexpr bool gemv_loops() {
     return OUT == GemvOutput::SWIGLU_BF16 && R == 4;
 }
 
-// Row groups of a projection of N rows: a group is the kGemvWarps / KS warp groups of R rows that one block
+// Row groups of a projection of N rows: a group is the W / KS warp groups of R rows that one block of W warps
 // (or one cluster, S > 1) takes at a time.
-__host__ __device__ constexpr int gemv_row_groups(int N, int R, int KS) { return CEIL_DIV(N, kGemvWarps / KS * R); }
+__host__ __device__ constexpr int gemv_row_groups(int N, int R, int KS, int W) { return CEIL_DIV(N, W / KS * R); }
 
 template <class F, GemvInput IN, GemvOutput OUT, int R>
-__global__ void __launch_bounds__(kGemvWarps * 32)
+__global__ void __launch_bounds__(gemv_warps(R, F::kWideRows) * 32)
     gemv_kernel(Linear L, const void* __restrict__ x_in, const bf16* __restrict__ norm_w, float eps, float* __restrict__ y,
                 bf16* __restrict__ y_bf16, int S, int KS, L2Prefetch pf) {
     constexpr int U = kGemvLoadsInFlight / R;  // R rows per warp, U chunks of each per batch
+    constexpr int W = gemv_warps(R, F::kWideRows);
     TRACE_BEGIN();
     extern __shared__ __align__(16) unsigned char gemv_smem[];
     const int N = L.N, K = L.K;
@@ -374,13 +388,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     // A looping kernel (gemv_loops: the 4-row SwiGLU) keeps its blocks resident, each taking row groups
     // blockIdx.x, + gridDim.x, ... after staging x once (gemv_resident_grid sizes the grid); others take one group.
     constexpr bool kLoops = gemv_loops<OUT, R>();
-    const int n_groups = gemv_row_groups(N, R, KS);
+    const int n_groups = gemv_row_groups(N, R, KS, W);
     int rg = blockIdx.x / S, row0 = 0;
     bool active = false;
     int rows[R];  // rows past N compute the last row again; their copies are dropped
     const uint4* w[R];
     auto set_group = [&](int g) {
-        row0 = (g * (kGemvWarps / KS) + group) * R;
+        row0 = (g * (W / KS) + group) * R;
         active = row0 < N;
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -412,7 +426,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     if (!pf.after_wait) l2_prefetch_share(pf);
     pdl_wait();  // x was written by the previous kernel, and y may still be read by it
     TRACE_MARK(1);
-    __shared__ float old_y[kGemvWarps][R];  // residual add: the writers' rows of y, landed with x
+    __shared__ float old_y[W][R];  // residual add: the writers' rows of y, landed with x
     gemv_fetch_old<OUT, R>(y, row0, N, active && part == 0 && slice == 0 && lane == 0, old_y[warp]);
     const int xk0 = part * part_chunks * F::kPerChunk, xn = part_chunks * F::kPerChunk;
     gemv_stage_x_issue<F, IN>(x_in, norm_w, K, xk0, xn, gemv_smem);
@@ -454,7 +468,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
             for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
         if (KS > 1) {
-            __shared__ float slice_sum[kGemvWarps][R];
+            __shared__ float slice_sum[W][R];
             if (lane == 0)
 #pragma unroll
                 for (int r = 0; r < R; r++) slice_sum[warp][r] = acc[r];
@@ -469,7 +483,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
         }
 #if __CUDA_ARCH__ >= 900
         if (S > 1) {
-            __shared__ float partial[kGemvWarps][R];
+            __shared__ float partial[W][R];
             cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
             if (lane == 0)
 #pragma unroll
@@ -537,14 +551,16 @@ inline GemvLayout gemv_layout(int N, int chunks, int wide_rows) {
     auto fits = [&](int s, int ks) { return chunks % (s * ks) == 0 && chunks / (s * ks) >= 32; };
     auto enough_blocks = [&](int rows_per_block) { return 2 * CEIL_DIV(N, rows_per_block) >= 3 * d.sms; };
     auto split_k = [&](GemvLayout l) {
-        while (l.KS < 8 && !enough_blocks(kGemvWarps * l.R / l.KS) && fits(1, 2 * l.KS)) l.KS *= 2;
+        const int warps = gemv_warps(l.R, wide_rows);
+        while (l.KS < 8 && warps % (2 * l.KS) == 0 && !enough_blocks(warps * l.R / l.KS) && fits(1, 2 * l.KS))
+            l.KS *= 2;
         return l;
     };
     GemvLayout f = gemv_forced_layout();
     if (f.S || f.KS) {
         GemvLayout l{std::max(f.S, 1), std::max(f.KS, 1), f.R ? std::min(f.R, wide_rows) : 2};
         if (!d.clusters || l.KS > 1) l.S = 1;  // clusters need Hopper, and are not combined with KS
-        if (!fits(l.S, l.KS)) l.S = l.KS = 1;
+        if (!fits(l.S, l.KS) || gemv_warps(l.R, wide_rows) % l.KS != 0) l.S = l.KS = 1;
         return l;
     }
     if (f.R) return split_k(GemvLayout{1, 1, std::min(f.R, wide_rows)});
@@ -553,10 +569,10 @@ inline GemvLayout gemv_layout(int N, int chunks, int wide_rows) {
     return split_k(GemvLayout{1, 1, 2});
 }
 
-// The shared memory to launch kernel with: smem, or more if that is what holds it to kGemvMaxBlocksPerSm
-// blocks per SM (found once per kernel and size with the occupancy calculator, in 1 KB steps).
+// The shared memory to launch kernel (blocks of `warps` warps) with: smem, or more if that is what holds it to
+// kGemvMaxWarpsPerSm warps per SM (found once per kernel and size with the occupancy calculator, in 1 KB steps).
 template <class Kernel>
-inline size_t gemv_capped_smem(Kernel kernel, size_t smem) {
+inline size_t gemv_capped_smem(Kernel kernel, size_t smem, int warps) {
     static std::map<std::pair<const void*, size_t>, size_t> memo;
     auto key = std::make_pair(reinterpret_cast<const void*>(kernel), smem);
     auto it = memo.find(key);
@@ -564,8 +580,8 @@ inline size_t gemv_capped_smem(Kernel kernel, size_t smem) {
     size_t s = smem;
     for (;;) {
         int per_sm = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvWarps * 32, s));
-        if (per_sm <= kGemvMaxBlocksPerSm || s + 1024 > kGemvMaxSmem) break;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * 32, s));
+        if (per_sm * warps <= kGemvMaxWarpsPerSm || s + 1024 > kGemvMaxSmem) break;
         s += 1024;
     }
     return memo[key] = s;
@@ -574,12 +590,12 @@ inline size_t gemv_capped_smem(Kernel kernel, size_t smem) {
 // Blocks for a kernel whose blocks loop over row groups: as few as take every group in equal shares of at
 // most one resident wave's worth (608 groups on 264 resident slots: 203 blocks of 3 groups).
 template <class Kernel>
-inline int gemv_resident_grid(Kernel kernel, size_t smem, int groups) {
+inline int gemv_resident_grid(Kernel kernel, size_t smem, int groups, int warps) {
     static std::map<std::pair<const void*, size_t>, int> resident_memo;
     int& resident = resident_memo[std::make_pair(reinterpret_cast<const void*>(kernel), smem)];
     if (resident == 0) {
         int per_sm = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvWarps * 32, smem));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * 32, smem));
         resident = std::max(per_sm, 1) * gemv_device().sms;
     }
     return CEIL_DIV(groups, CEIL_DIV(groups, resident));
@@ -597,12 +613,13 @@ inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w,
     const int S = lay.S, KS = lay.KS;
     size_t smem = gemv_smem_bytes<F, IN>(L.K, S);
     if (smem > kGemvMaxSmem) die("gemv: K = %d is too large for the shared-memory copy of x", L.K);
-    smem = gemv_capped_smem(gemv_kernel<F, IN, OUT, R>, smem);
+    constexpr int W = gemv_warps(R, F::kWideRows);
+    smem = gemv_capped_smem(gemv_kernel<F, IN, OUT, R>, smem, W);
     cudaLaunchConfig_t cfg = {};
-    int groups = gemv_row_groups(L.N, R, KS), grid = groups * S;
-    if (gemv_loops<OUT, R>() && S == 1) grid = gemv_resident_grid(gemv_kernel<F, IN, OUT, R>, smem, groups);
+    int groups = gemv_row_groups(L.N, R, KS, W), grid = groups * S;
+    if (gemv_loops<OUT, R>() && S == 1) grid = gemv_resident_grid(gemv_kernel<F, IN, OUT, R>, smem, groups, W);
     cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(kGemvWarps * 32);
+    cfg.blockDim = dim3(W * 32);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cudaLaunchAttribute attr[2];

@@ -408,7 +408,7 @@ TEST_CASE("gemv with an L2 prefetch of another buffer: the same bits, before or 
     CHECK(l2_ahead(next, false).bytes == 0);
 }
 
-TEST_CASE("gemv launches hold a kernel to kGemvMaxBlocksPerSm blocks per SM, asking for more shared memory where needed") {
+TEST_CASE("gemv launches hold a kernel to kGemvMaxWarpsPerSm warps per SM, asking for more shared memory where needed") {
     Rng r(15);
     const int N = 64, K = 4096;
     DeviceVec<bf16> d_W(to_bf16(random_bf16_values((size_t)N * K, r))), d_x(to_bf16(random_bf16_values(K, r)));
@@ -416,17 +416,26 @@ TEST_CASE("gemv launches hold a kernel to kGemvMaxBlocksPerSm blocks per SM, ask
     Linear L;
     L.N = N, L.K = K, L.w = d_W.p;
     gemv(L, d_x.p, d_y.p, 0);  // sets the kernel's attributes, as every first launch does
-    auto kernel = gemv_kernel<Bf16Weights, GemvInput::BF16, GemvOutput::STORE_F32, 2>;
-    int uncapped = 0, capped = 0;
-    size_t base = (size_t)K * 2, smem = gemv_capped_smem(kernel, base);
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&uncapped, kernel, kGemvWarps * 32, base));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&capped, kernel, kGemvWarps * 32, smem));
-    MESSAGE("bf16 gemv: ", uncapped, " blocks per SM with its own ", base, " bytes, ", capped, " with ", smem);
-    CHECK(smem >= base);
-    CHECK(capped <= kGemvMaxBlocksPerSm);
-    CHECK(capped >= 1);
-    if (uncapped <= kGemvMaxBlocksPerSm) CHECK(smem == base);  // no padding where the registers already cap it
-    CHECK(gemv_capped_smem(kernel, base) == smem);             // remembered
+    // bf16's 2-row kernel (blocks of 8 warps, 64-72 registers: 3 or 4 blocks would fit) and FP8's (blocks of 12)
+    auto check = [&](auto kernel, int warps, const char* name) {
+        const int max_blocks = kGemvMaxWarpsPerSm / warps;
+        int uncapped = 0, capped = 0;
+        size_t base = (size_t)K * 2, smem = gemv_capped_smem(kernel, base, warps);
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&uncapped, kernel, warps * 32, base));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&capped, kernel, warps * 32, smem));
+        MESSAGE(std::string(name), ": ", uncapped, " blocks of ", warps, " warps per SM with its own ", base, " bytes, ", capped, " with ", smem);
+        CHECK(smem >= base);
+        CHECK(capped <= max_blocks);
+        CHECK(capped >= 1);
+        if (uncapped <= max_blocks) CHECK(smem == base);  // no padding where the registers already cap it
+        else CHECK(smem > base);
+        CHECK(gemv_capped_smem(kernel, base, warps) == smem);  // remembered
+    };
+    check(gemv_kernel<Bf16Weights, GemvInput::BF16, GemvOutput::STORE_F32, 2>, gemv_warps(2, Bf16Weights::kWideRows), "bf16 gemv");
+    check(gemv_kernel<Fp8Weights, GemvInput::BF16, GemvOutput::STORE_F32, 2>, gemv_warps(2, Fp8Weights::kWideRows), "fp8 2-row gemv");
+    CHECK(gemv_warps(2, Bf16Weights::kWideRows) == 8);
+    CHECK(gemv_warps(2, Fp8Weights::kWideRows) == 12);
+    CHECK(gemv_warps(4, Int4Weights::kWideRows) == 8);
 }
 
 TEST_CASE("the looping (SwiGLU) GEMV's grid: at most the resident blocks, each taking an equal share of row groups") {
@@ -434,12 +443,12 @@ TEST_CASE("the looping (SwiGLU) GEMV's grid: at most the resident blocks, each t
     static_assert(gemv_loops<GemvOutput::SWIGLU_BF16, 4>(), "the 4-row SwiGLU GEMV loops");
     const size_t smem = 20000;
     int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvWarps * 32, smem));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, gemv_warps(4, Fp8Weights::kWideRows) * 32, smem));
     const int resident = per_sm * gemv_device().sms;
     REQUIRE(resident > 0);
     for (int groups : {1, 7, resident - 1, resident, resident + 1, 2 * resident + 5, 608, 1216, 100000}) {
         CAPTURE(groups);
-        const int grid = gemv_resident_grid(kernel, smem, groups);
+        const int grid = gemv_resident_grid(kernel, smem, groups, gemv_warps(4, Fp8Weights::kWideRows));
         // block b takes groups b, b + grid, ...: the first block the most, the last the fewest
         const int most = CEIL_DIV(groups, grid), fewest = CEIL_DIV(groups - (grid - 1), grid);
         CHECK(grid <= std::min(groups, resident));
