@@ -20,8 +20,8 @@
 //     fp32 accumulation across chunks; shuffle reduction at the end;
 //   - launched with programmatic dependent launch (pdl.cuh): the first 4 steps' loads are issued while the
 //     previous kernel is still finishing, and only then does the block wait for x;
-//   - blocks of W warps own W R rows (gemv_warps: 12 for FP8's and INT4's 2-row kernels, else 8; 24 warps
-//     per SM either way); when that makes too few blocks to keep every SM equally busy (a 2560-row bf16
+//   - blocks of W warps own W R rows (gemv_warps: 12 for INT4's 2-row kernels, else 8; 24 warps per SM
+//     either way); when that makes too few blocks to keep every SM equally busy (a 2560-row bf16
 //     projection is 107 blocks of 24 rows on 132 SMs), 2-4 warps share a group of R rows, each summing a
 //     slice of K (gemv_layout). Every block stages x once, so the quantized formats, whose rows are 2-4x
 //     fewer bytes, take twice the rows per warp where they can: a block then streams about as many weight
@@ -77,15 +77,8 @@ constexpr size_t kGemvMaxSmem = 128 * 1024;  // dynamic shared memory a GEMV blo
 // (kb/log.md, fifteenth session).
 constexpr int kGemvMaxWarpsPerSm = 24;
 
-// Warps per block, for kernels of R rows per warp in a format whose wide rows are wide_rows (F::kWideRows: 4 for
-// FP8 and INT4, 2 for bf16). Every block stages x for its own warps, and for the quantized formats that staging
-// is arithmetic (conversion, INT4's int8 quantization) that two or three blocks of an SM repeat side by side
-// (0.4-2 us at the start of each GEMV, kb/log.md, sixteenth session), so their 2-row kernels (71-80 registers)
-// run 2 blocks of 12 warps instead of 3 of 8. The 4-row ones (78-124 registers) stay at 8: one block of 16 or
-// 24 warps per SM leaves no room for the next kernel's blocks to start beside it, and lost 10-18%. bf16's
-// staging is a copy (or the fused norm), and 12 warps did not help it. Qwen3-4B / 8B on the H100 (sixteenth
-// session), 8 -> 12 warps: int4 +3.9% / +0.8%, fp8 +0.7% / +0.2%; bf16 0% / -0.3%, so bf16 keeps 8.
-__host__ __device__ constexpr int gemv_warps(int R, int wide_rows) { return R == 2 && wide_rows == 4 ? 12 : 8; }
+// Warps per block of the 4-row kernels, and of the 2-row ones unless the format says otherwise (gemv_warps).
+constexpr int kGemvWarps = 8;
 constexpr float kFp8XScale = 1.f / 256.f;
 
 // Bytes a GEMV asks L2 to fetch for the projection after it, split evenly over its blocks; empty by default.
@@ -165,6 +158,7 @@ __device__ __forceinline__ void gemv_fetch_old(const float* y, int row0, int N, 
 struct Bf16Weights {
     static constexpr int kPerChunk = 8;  // weights per 16 bytes
     static constexpr int kWideRows = 2;  // rows per warp where a projection has rows to spare (gemv_layout)
+    static constexpr int kWarps2Row = kGemvWarps;  // warps per block of its 2-row kernels (gemv_warps)
     static constexpr size_t front_bytes(int) { return 0; }
     // Stores elements i .. i+7 (i a multiple of 8) in the form dot() reads: one 16-byte store.
     static __device__ __forceinline__ void stage8(void* xs, int i, const float* v, unsigned) { static_cast<uint4*>(xs)[i / 8] = float8_to_bf16x8(v); }
@@ -186,6 +180,7 @@ struct Bf16Weights {
 struct Fp8Weights {
     static constexpr int kPerChunk = 16;
     static constexpr int kWideRows = 4;
+    static constexpr int kWarps2Row = kGemvWarps;
     static constexpr size_t front_bytes(int) { return 0; }
     static __device__ __forceinline__ void stage8(void* xs, int i, const float* v, unsigned) {
         uint4 r;
@@ -216,6 +211,7 @@ struct Fp8Weights {
 struct Int4Weights {
     static constexpr int kPerChunk = 32;
     static constexpr int kWideRows = 4;
+    static constexpr int kWarps2Row = 12;  // gemv_warps says why
     static constexpr int kRecord = 48;
     static constexpr size_t front_bytes(int n) { return (size_t)n / 32 * kRecord; }
     // The 4 threads of a chunk (consecutive lanes, elements i .. i + 31, active together: n is a multiple of
@@ -253,6 +249,17 @@ struct Int4Weights {
         return fmaf(-8.f, scale_sum.y, (float)acc) * scale_sum.x;
     }
 };
+
+// Warps per block of F's kernels of R rows per warp. Every block stages x for its own warps, and INT4's staging
+// is arithmetic (x quantized to int8 per 32) that two or three blocks of an SM repeat side by side (0.9-2 us at
+// the start of each of its GEMVs; kb/log.md, sixteenth session), so its 2-row kernels (78-80 registers) run 2
+// blocks of 12 warps instead of 3 of 8: the same 24 warps per SM, each staging shared by 12. Measured on the H100
+// (sixteenth session), 8 -> 12 warps: INT4 Qwen3-4B +4.6%, 8B +0.5%, 0.6B +2.4%; FP8 4B +0.6%, 8B +0.3% but 0.6B
+// -8.5% (its small projections then run in too few blocks), and bf16 0 / -0.3%: those keep 8. The 4-row kernels
+// (78-124 registers) keep 8 too: one block of 16 or 24 warps per SM leaves no room for the next kernel's blocks to
+// start beside it (10-18% slower), and 12 warps for FP8's 4-row ones measured +0.3-0.4%.
+template <class F>
+__host__ __device__ constexpr int gemv_warps(int R) { return R == 2 ? F::kWarps2Row : kGemvWarps; }
 
 // Scale applied to a chunk's partial dot product (per-chunk formats), or 1.
 template <class F>
@@ -351,7 +358,7 @@ constexpr size_t gemv_smem_bytes(int K, int S) {
 
 // Work layout: each warp owns R consecutive rows (2, or 4 for FP8 and INT4 where gemv_layout allows: their
 // rows are 2-4x fewer bytes, and a block then streams about as many weight bytes as a bf16 one for each
-// time it stages x), so a block of W = gemv_warps warps owns W R / KS rows (block b from (b / S) W R / KS)
+// time it stages x), so a block of W = gemv_warps<F>(R) warps owns W R / KS rows (block b from (b / S) W R / KS)
 // and the part b % S of K.
 //   KS (1, 2, 4, or 8 where it divides W) warps share each group of R rows, warp w taking slice w % KS of the
 //     part's chunks; their sums meet in shared memory. More, smaller blocks for projections with few rows.
@@ -374,11 +381,11 @@ constexpr bool gemv_loops() {
 __host__ __device__ constexpr int gemv_row_groups(int N, int R, int KS, int W) { return CEIL_DIV(N, W / KS * R); }
 
 template <class F, GemvInput IN, GemvOutput OUT, int R>
-__global__ void __launch_bounds__(gemv_warps(R, F::kWideRows) * 32)
+__global__ void __launch_bounds__(gemv_warps<F>(R) * 32)
     gemv_kernel(Linear L, const void* __restrict__ x_in, const bf16* __restrict__ norm_w, float eps, float* __restrict__ y,
                 bf16* __restrict__ y_bf16, int S, int KS, L2Prefetch pf) {
     constexpr int U = kGemvLoadsInFlight / R;  // R rows per warp, U chunks of each per batch
-    constexpr int W = gemv_warps(R, F::kWideRows);
+    constexpr int W = gemv_warps<F>(R);
     TRACE_BEGIN();
     extern __shared__ __align__(16) unsigned char gemv_smem[];
     const int N = L.N, K = L.K;
@@ -546,12 +553,12 @@ inline GemvLayout& gemv_forced_layout() {
 // enough to spread evenly, while every lane keeps at least one 16-byte chunk of its slice. Measured with
 // tools/bench_gemv (kb/log.md): 4B's o and down run best at KS = 2 (320 blocks), 8B's (256 blocks) at
 // KS = 1, and more blocks than needed cost more staging of x. Clusters (S > 1) only when forced.
-inline GemvLayout gemv_layout(int N, int chunks, int wide_rows) {
+inline GemvLayout gemv_layout(int N, int chunks, int wide_rows, int warps2 = kGemvWarps) {
     const GemvDevice& d = gemv_device();
     auto fits = [&](int s, int ks) { return chunks % (s * ks) == 0 && chunks / (s * ks) >= 32; };
     auto enough_blocks = [&](int rows_per_block) { return 2 * CEIL_DIV(N, rows_per_block) >= 3 * d.sms; };
     auto split_k = [&](GemvLayout l) {
-        const int warps = gemv_warps(l.R, wide_rows);
+        const int warps = l.R == 2 ? warps2 : kGemvWarps;
         while (l.KS < 8 && warps % (2 * l.KS) == 0 && !enough_blocks(warps * l.R / l.KS) && fits(1, 2 * l.KS))
             l.KS *= 2;
         return l;
@@ -560,7 +567,7 @@ inline GemvLayout gemv_layout(int N, int chunks, int wide_rows) {
     if (f.S || f.KS) {
         GemvLayout l{std::max(f.S, 1), std::max(f.KS, 1), f.R ? std::min(f.R, wide_rows) : 2};
         if (!d.clusters || l.KS > 1) l.S = 1;  // clusters need Hopper, and are not combined with KS
-        if (!fits(l.S, l.KS) || gemv_warps(l.R, wide_rows) % l.KS != 0) l.S = l.KS = 1;
+        if (!fits(l.S, l.KS) || (l.R == 2 ? warps2 : kGemvWarps) % l.KS != 0) l.S = l.KS = 1;
         return l;
     }
     if (f.R) return split_k(GemvLayout{1, 1, std::min(f.R, wide_rows)});
@@ -613,7 +620,7 @@ inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w,
     const int S = lay.S, KS = lay.KS;
     size_t smem = gemv_smem_bytes<F, IN>(L.K, S);
     if (smem > kGemvMaxSmem) die("gemv: K = %d is too large for the shared-memory copy of x", L.K);
-    constexpr int W = gemv_warps(R, F::kWideRows);
+    constexpr int W = gemv_warps<F>(R);
     smem = gemv_capped_smem(gemv_kernel<F, IN, OUT, R>, smem, W);
     cudaLaunchConfig_t cfg = {};
     int groups = gemv_row_groups(L.N, R, KS, W), grid = groups * S;
@@ -637,7 +644,7 @@ inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w,
 template <class F, GemvInput IN, GemvOutput OUT>
 inline void gemv_launch_format(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16,
                                L2Prefetch pf, cudaStream_t stream) {
-    GemvLayout lay = gemv_layout(L.N, L.K / F::kPerChunk, F::kWideRows);
+    GemvLayout lay = gemv_layout(L.N, L.K / F::kPerChunk, F::kWideRows, F::kWarps2Row);
     if constexpr (F::kWideRows == 4) {
         if (lay.R == 4) return gemv_launch_rows<F, IN, OUT, 4>(L, x, norm_w, eps, y, y_bf16, lay, pf, stream);
     }

@@ -416,7 +416,7 @@ TEST_CASE("gemv launches hold a kernel to kGemvMaxWarpsPerSm warps per SM, askin
     Linear L;
     L.N = N, L.K = K, L.w = d_W.p;
     gemv(L, d_x.p, d_y.p, 0);  // sets the kernel's attributes, as every first launch does
-    // bf16's 2-row kernel (blocks of 8 warps, 64-72 registers: 3 or 4 blocks would fit) and FP8's (blocks of 12)
+    // bf16's 2-row kernel (blocks of 8 warps, 64-72 registers: 3 or 4 blocks would fit) and INT4's (blocks of 12)
     auto check = [&](auto kernel, int warps, const char* name) {
         const int max_blocks = kGemvMaxWarpsPerSm / warps;
         int uncapped = 0, capped = 0;
@@ -431,11 +431,12 @@ TEST_CASE("gemv launches hold a kernel to kGemvMaxWarpsPerSm warps per SM, askin
         else CHECK(smem > base);
         CHECK(gemv_capped_smem(kernel, base, warps) == smem);  // remembered
     };
-    check(gemv_kernel<Bf16Weights, GemvInput::BF16, GemvOutput::STORE_F32, 2>, gemv_warps(2, Bf16Weights::kWideRows), "bf16 gemv");
-    check(gemv_kernel<Fp8Weights, GemvInput::BF16, GemvOutput::STORE_F32, 2>, gemv_warps(2, Fp8Weights::kWideRows), "fp8 2-row gemv");
-    CHECK(gemv_warps(2, Bf16Weights::kWideRows) == 8);
-    CHECK(gemv_warps(2, Fp8Weights::kWideRows) == 12);
-    CHECK(gemv_warps(4, Int4Weights::kWideRows) == 8);
+    check(gemv_kernel<Bf16Weights, GemvInput::BF16, GemvOutput::STORE_F32, 2>, gemv_warps<Bf16Weights>(2), "bf16 gemv");
+    check(gemv_kernel<Int4Weights, GemvInput::BF16, GemvOutput::STORE_F32, 2>, gemv_warps<Int4Weights>(2), "int4 2-row gemv");
+    CHECK(gemv_warps<Bf16Weights>(2) == 8);
+    CHECK(gemv_warps<Fp8Weights>(2) == 8);
+    CHECK(gemv_warps<Int4Weights>(2) == 12);
+    CHECK(gemv_warps<Int4Weights>(4) == 8);
 }
 
 TEST_CASE("the looping (SwiGLU) GEMV's grid: at most the resident blocks, each taking an equal share of row groups") {
@@ -443,12 +444,12 @@ TEST_CASE("the looping (SwiGLU) GEMV's grid: at most the resident blocks, each t
     static_assert(gemv_loops<GemvOutput::SWIGLU_BF16, 4>(), "the 4-row SwiGLU GEMV loops");
     const size_t smem = 20000;
     int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, gemv_warps(4, Fp8Weights::kWideRows) * 32, smem));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, gemv_warps<Fp8Weights>(4) * 32, smem));
     const int resident = per_sm * gemv_device().sms;
     REQUIRE(resident > 0);
     for (int groups : {1, 7, resident - 1, resident, resident + 1, 2 * resident + 5, 608, 1216, 100000}) {
         CAPTURE(groups);
-        const int grid = gemv_resident_grid(kernel, smem, groups, gemv_warps(4, Fp8Weights::kWideRows));
+        const int grid = gemv_resident_grid(kernel, smem, groups, gemv_warps<Fp8Weights>(4));
         // block b takes groups b, b + grid, ...: the first block the most, the last the fewest
         const int most = CEIL_DIV(groups, grid), fewest = CEIL_DIV(groups - (grid - 1), grid);
         CHECK(grid <= std::min(groups, resident));
