@@ -22,8 +22,8 @@
 //     previous kernel is still finishing, and only then does the block wait for x;
 //   - blocks of W warps own W R rows (gemv_warps: 12 for INT4's 2-row kernels, else 8; 24 warps per SM
 //     either way); when that makes too few blocks to keep every SM equally busy (a 2560-row bf16
-//     projection is 107 blocks of 24 rows on 132 SMs), 2-4 warps share a group of R rows, each summing a
-//     slice of K (gemv_layout). Every block stages x once, so the quantized formats, whose rows are 2-4x
+//     projection is 160 blocks of 16 rows on 132 SMs), 2-8 warps (at most 4 of a 12-warp block) share a
+//     group of R rows, each summing a slice of K (gemv_layout). Every block stages x once, so the quantized formats, whose rows are 2-4x
 //     fewer bytes, take twice the rows per warp where they can: a block then streams about as many weight
 //     bytes per staging as a bf16 one (FP8 4B gate_up: 608 row groups instead of 1216). Splitting K across a
 //     thread-block cluster is the other way, kept for comparison (tools/bench_gemv);
