@@ -257,7 +257,7 @@ struct Int4Weights {
 // (sixteenth session), 8 -> 12 warps: INT4 Qwen3-4B +4.6%, 8B +0.5%, 0.6B +2.4%; FP8 4B +0.6%, 8B +0.3% but 0.6B
 // -8.5% (its small projections then run in too few blocks), and bf16 0 / -0.3%: those keep 8. The 4-row kernels
 // (78-124 registers) keep 8 too: one block of 16 or 24 warps per SM leaves no room for the next kernel's blocks to
-// start beside it (10-18% slower), and 12 warps for FP8's 4-row ones measured +0.3-0.4%.
+// start beside it (7-18% slower on 4B; INT4 gate_up at 16: -1%), and 12 warps for FP8's 4-row ones measured +0.3-0.4%.
 template <class F>
 __host__ __device__ constexpr int gemv_warps(int R) { return R == 2 ? F::kWarps2Row : kGemvWarps; }
 
