@@ -6,7 +6,7 @@
 
 The file holds one 56-byte record per block of every GEMV and Flash-Decoding launch of 3 decode steps
 (common/trace.cuh: kind, N, K, block, SM, 6 timestamps in ns). Launches are told apart by kind and shape
-and by time; the report covers the step between the first two lm_head launches. Per kernel kind, averaged
+and by block index (launches()); the report covers the step between the first two lm_head launches. Per kernel kind, averaged
 over the step's layers, in microseconds:
   dur    previous kernel's last block end -> this kernel's last block end (what the kernel adds to the step)
   gap    previous kernel's end -> this kernel's first block past its wait (the PDL hand-over)
@@ -32,18 +32,21 @@ LM_HEAD_MIN_ROWS = 32000  # the one GEMV this large: a step's boundary
 
 
 def launches(rec):
-    """Group block records into launches: same kind and shape, start times less than 15 us apart."""
+    """Group block records into launches: same kind and shape, in start order; a block index that the open launch of
+    that kind and shape already holds starts the next one. (Each launch of a kernel numbers its blocks from 0, and
+    the next layer's launch of the same kernel starts its blocks only after this one's have all started: the
+    launches are chained. An earlier rule, start times within 15 us, merged consecutive layers at Qwen3-0.6B.)"""
     out, open_by_key = [], {}
     for i in np.argsort(rec["t"][:, 0], kind="stable"):
         kind = rec["kind"][i]
         key = ("fd",) if kind == FD_SPLIT else ("merge",) if kind == FD_MERGE else (int(rec["n"][i]), int(rec["k"][i]))
-        t0 = int(rec["t"][i, 0])
+        block = int(rec["block"][i])
         j = open_by_key.get(key)
-        if j is None or t0 - out[j]["last_t0"] > 15000:
-            out.append({"key": key, "rows": [], "last_t0": t0})
+        if j is None or block in out[j]["blocks"]:
+            out.append({"key": key, "rows": [], "blocks": set()})
             j = open_by_key[key] = len(out) - 1
         out[j]["rows"].append(i)
-        out[j]["last_t0"] = t0
+        out[j]["blocks"].add(block)
     return out
 
 
@@ -81,7 +84,7 @@ def main():
                               last_end - release])
         elif not is_merge:
             s["stage"] += np.median(tr[:, 2] - tr[:, 1]) / 1e3
-            s["x_in"] += np.median(tr[:, 5] - tr[:, 1]) / 1e3
+            s["x_in"] += np.median(tr[:, 5] - tr[:, 1]) / 1e3 if (tr[:, 5] > 0).all() else np.nan  # nan: no stamp
             s["mb"] += r["key"][0] * r["key"][1] * WEIGHT_BYTES[a.dtype] / 1e6
         prev_end = last_end
     print(f"{a.file}: {rec.size} block records, {len(runs)} launches; one step = {step:.1f} us")
@@ -89,8 +92,9 @@ def main():
     for name, s in kinds.items():
         n = s["n"]
         tbs = "%6.2f" % (s["mb"] / s["dur"]) if s["mb"] else "     -"
-        print("%-16s %4d %8.2f %6.2f %6.2f %6.2f %6.2f %7.1f %s" % (name, n, s["dur"] / n, s["gap"] / n, s["stage"] / n, s["x_in"] / n,
-                                                                  s["tail"] / n, s["early"] / n, tbs))
+        x_in = "%6.2f" % (s["x_in"] / n) if s["mb"] and np.isfinite(s["x_in"]) else "     -"  # GEMVs with the stamp
+        print("%-16s %4d %8.2f %6.2f %6.2f %s %6.2f %7.1f %s" % (name, n, s["dur"] / n, s["gap"] / n, s["stage"] / n, x_in,
+                                                               s["tail"] / n, s["early"] / n, tbs))
     if fd_phases:
         f = np.median(np.array(fd_phases), axis=0) / 1e3
         print("attention after its wait (median block, us): queries ready %.2f, keys done %.2f, partials written %.2f; "
