@@ -553,12 +553,14 @@ inline GemvLayout& gemv_forced_layout() {
 // enough to spread evenly, while every lane keeps at least one 16-byte chunk of its slice. Measured with
 // tools/bench_gemv (kb/log.md): 4B's o and down run best at KS = 2 (320 blocks), 8B's (256 blocks) at
 // KS = 1, and more blocks than needed cost more staging of x. Clusters (S > 1) only when forced.
-inline GemvLayout gemv_layout(int N, int chunks, int wide_rows, int warps2 = kGemvWarps) {
+template <class F>
+inline GemvLayout gemv_layout(int N, int K) {
     const GemvDevice& d = gemv_device();
+    const int chunks = K / F::kPerChunk, wide_rows = F::kWideRows;
     auto fits = [&](int s, int ks) { return chunks % (s * ks) == 0 && chunks / (s * ks) >= 32; };
     auto enough_blocks = [&](int rows_per_block) { return 2 * CEIL_DIV(N, rows_per_block) >= 3 * d.sms; };
     auto split_k = [&](GemvLayout l) {
-        const int warps = l.R == 2 ? warps2 : kGemvWarps;
+        const int warps = gemv_warps<F>(l.R);
         while (l.KS < 8 && warps % (2 * l.KS) == 0 && !enough_blocks(warps * l.R / l.KS) && fits(1, 2 * l.KS))
             l.KS *= 2;
         return l;
@@ -567,7 +569,7 @@ inline GemvLayout gemv_layout(int N, int chunks, int wide_rows, int warps2 = kGe
     if (f.S || f.KS) {
         GemvLayout l{std::max(f.S, 1), std::max(f.KS, 1), f.R ? std::min(f.R, wide_rows) : 2};
         if (!d.clusters || l.KS > 1) l.S = 1;  // clusters need Hopper, and are not combined with KS
-        if (!fits(l.S, l.KS) || (l.R == 2 ? warps2 : kGemvWarps) % l.KS != 0) l.S = l.KS = 1;
+        if (!fits(l.S, l.KS) || gemv_warps<F>(l.R) % l.KS != 0) l.S = l.KS = 1;
         return l;
     }
     if (f.R) return split_k(GemvLayout{1, 1, std::min(f.R, wide_rows)});
@@ -644,7 +646,7 @@ inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w,
 template <class F, GemvInput IN, GemvOutput OUT>
 inline void gemv_launch_format(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16,
                                L2Prefetch pf, cudaStream_t stream) {
-    GemvLayout lay = gemv_layout(L.N, L.K / F::kPerChunk, F::kWideRows, F::kWarps2Row);
+    GemvLayout lay = gemv_layout<F>(L.N, L.K);
     if constexpr (F::kWideRows == 4) {
         if (lay.R == 4) return gemv_launch_rows<F, IN, OUT, 4>(L, x, norm_w, eps, y, y_bf16, lay, pf, stream);
     }
