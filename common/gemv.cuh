@@ -16,8 +16,9 @@
 //   - each warp owns R consecutive rows (2 for bf16, 4 for FP8 and INT4); each lane reads 16-byte chunks at a
 //     stride of 32 chunks, so a warp reads 512 contiguous bytes per row per step; 8 / R steps are issued
 //     before any use (8 independent 16-byte loads in flight per lane, and the scales of quantized formats
-//     with them, so that no load waits on another: oracle/sass_loads.py checks the compiled code, where INT4
-//     had broken it until the seventeenth session); loads stream past L1 (each weight byte is used once);
+//     with them; as compiled, INT4's steps each wait for their bf16 scale, converted right after its load:
+//     issuing all 8 first measured no faster, 8B slower, kb/log.md "Seventeenth session"); loads stream
+//     past L1 (each weight byte is used once);
 //     fp32 accumulation across chunks; shuffle reduction at the end;
 //   - launched with programmatic dependent launch (pdl.cuh): the first 4 steps' loads are issued while the
 //     previous kernel is still finishing, and only then does the block wait for x;
@@ -262,19 +263,11 @@ struct Int4Weights {
 template <class F>
 __host__ __device__ constexpr int gemv_warps(int R) { return R == 2 ? F::kWarps2Row : kGemvWarps; }
 
-// Scale applied to a chunk's partial dot product (per-chunk formats), or 1, in two steps: chunk_scale_load
-// issues the load with the chunk's weights and keeps the value as stored (INT4: bf16 bits), and scale_value
-// makes it a float where the dot uses it. Why: converted inside load_batch (one instruction, but right
-// after the load, in the branch that guards it), the bf16 scale made each of a batch's U steps wait for its
-// own scale's round trip before the next step's loads went out, so an INT4 warp had 2 16-byte loads in flight
-// instead of 8 (SASS of the sixteenth session's build, kb/log.md seventeenth session).
+// Scale applied to a chunk's partial dot product (per-chunk formats), or 1.
 template <class F>
-using ScaleReg = typename std::conditional<std::is_same<F, Int4Weights>::value, bf16, float>::type;
-
-template <class F>
-__device__ __forceinline__ ScaleReg<F> chunk_scale_load(const Linear& L, int row, int chunk) {
+__device__ __forceinline__ float chunk_scale(const Linear& L, int row, int chunk) {
     if constexpr (std::is_same<F, Int4Weights>::value) {
-        return static_cast<const bf16*>(L.scale)[(size_t)row * (L.K / kInt4Group) + chunk * F::kPerChunk / kInt4Group];
+        return __bfloat162float(static_cast<const bf16*>(L.scale)[(size_t)row * (L.K / kInt4Group) + chunk * F::kPerChunk / kInt4Group]);
     } else if constexpr (std::is_same<F, Fp8Weights>::value) {
         int n_kb = L.K / L.kblock;
         return n_kb == 1 ? 1.f : static_cast<const float*>(L.scale)[(size_t)row * n_kb + chunk * F::kPerChunk / L.kblock];
@@ -282,8 +275,6 @@ __device__ __forceinline__ ScaleReg<F> chunk_scale_load(const Linear& L, int row
         return 1.f;
     }
 }
-__device__ __forceinline__ float scale_value(float s) { return s; }
-__device__ __forceinline__ float scale_value(bf16 s) { return __bfloat162float(s); }
 
 // Scale applied once to the finished row (FP8 per channel), or 1.
 template <class F>
@@ -428,14 +419,14 @@ __global__ void __launch_bounds__(gemv_warps<F>(R) * 32)
     // formats), all issued before any is used. The first batch goes out before the wait for the previous
     // kernel (weights are never written) and before x is staged, so its latency overlaps both.
     uint4 wv[R][U];
-    ScaleReg<F> sc[R][U];  // as loaded: converted where used (chunk_scale_load says why)
+    float sc[R][U];
     auto load_batch = [&](int c) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int idx = c + 32 * u;
             if (active && idx < slice_chunks) {
 #pragma unroll
-                for (int r = 0; r < R; r++) wv[r][u] = __ldcs(w[r] + c0 + idx), sc[r][u] = chunk_scale_load<F>(L, rows[r], c0 + idx);
+                for (int r = 0; r < R; r++) wv[r][u] = __ldcs(w[r] + c0 + idx), sc[r][u] = chunk_scale<F>(L, rows[r], c0 + idx);
             }
         }
     };
@@ -465,7 +456,7 @@ __global__ void __launch_bounds__(gemv_warps<F>(R) * 32)
                     int idx = c + 32 * u;
                     if (idx >= slice_chunks) continue;
 #pragma unroll
-                    for (int r = 0; r < R; r++) acc[r] = fmaf(F::dot(wv[r][u], gemv_smem, s0 + idx), scale_value(sc[r][u]), acc[r]);
+                    for (int r = 0; r < R; r++) acc[r] = fmaf(F::dot(wv[r][u], gemv_smem, s0 + idx), sc[r][u], acc[r]);
                 }
                 load_batch(c + 32 * U);
             }
@@ -516,14 +507,12 @@ __global__ void __launch_bounds__(gemv_warps<F>(R) * 32)
             cluster.sync();  // the other blocks' shared memory must outlive the reads
         }
 #endif
-        if (done_active && part == 0 && slice == 0 && lane == 0) {
-            float rs[R];  // every row's scale loaded before the first write (a store between them would order the loads)
-#pragma unroll
-            for (int r = 0; r < R; r++) rs[r] = row_scale<F>(L, min(done_row0 + r, N - 1));
+        if (done_active && part == 0 && slice == 0 && lane == 0)
 #pragma unroll
             for (int r = 0; r < R; r += 2)
-                if (done_row0 + r < N) gemv_write<OUT>(acc[r] * rs[r], acc[r + 1] * rs[r + 1], &old_y[warp][r], done_row0 + r, N, y, y_bf16);
-        }
+                if (done_row0 + r < N)
+                    gemv_write<OUT>(acc[r] * row_scale<F>(L, min(done_row0 + r, N - 1)), acc[r + 1] * row_scale<F>(L, min(done_row0 + r + 1, N - 1)),
+                                    &old_y[warp][r], done_row0 + r, N, y, y_bf16);
         if (!more) break;
     }
     TRACE_MARK(3);

@@ -23,7 +23,6 @@
 #   gemvbench     build/<arch>/tools/bench_gemv (GEMV GB/s per shape and format)
 #   speed PRESETS engine --bench at context 512 for each weight format (quick); SPEED_FLAGS="--no-pdl,..."
 #                 adds runs with those flags (comma-separated sets, '+' between flags of one set)
-#   sass          oracle/sass_loads.py on the engine's SASS: every GEMV issues a batch of loads before using any
 #   demo          the README's demo command, and the engine on bad input
 #   pack          tar what should come back into $OUT (split into <= 15 MB parts)
 set -u
@@ -177,12 +176,6 @@ stage_speed() {  # PRESETS (comma-separated)
 }
 
 stage_gemvbench() { "$B"/tools/bench_gemv 2>&1 | tee "$R/bench_gemv.txt"; }
-
-stage_sass() {  # the engine's GEMVs issue each batch of loads before using any (oracle/sass_loads.py)
-  local co=/usr/local/cuda/bin/cuobjdump
-  [ -x $co ] || co=$(command -v cuobjdump) || { echo "sass: no cuobjdump on this machine"; return; }
-  $co -sass "$B"/qwen3 > "$W/qwen3.sass" && python3 oracle/sass_loads.py "$W/qwen3.sass" 2>&1 | tee "$R/sass_loads.txt"
-}
 
 stage_pack() {
   tar czf "$OUT/results.tgz" -C "$W" results
