@@ -16,9 +16,9 @@
 //   - each warp owns R consecutive rows (2 for bf16, 4 for FP8 and INT4); each lane reads 16-byte chunks at a
 //     stride of 32 chunks, so a warp reads 512 contiguous bytes per row per step; 8 / R steps are issued
 //     before any use (8 independent 16-byte loads in flight per lane, and the scales of quantized formats
-//     with them; as compiled, INT4's steps each wait for their bf16 scale, converted right after its load:
-//     issuing all 8 first measured no faster, 8B slower, kb/log.md "Seventeenth session"); loads stream
-//     past L1 (each weight byte is used once);
+//     with them), except that compiled INT4 steps each wait for their bf16 scale, converted right after its
+//     load (issuing the 8 together measured no faster, 8B slower: kb/log.md "Seventeenth session"); loads
+//     stream past L1 (each weight byte is used once);
 //     fp32 accumulation across chunks; shuffle reduction at the end;
 //   - launched with programmatic dependent launch (pdl.cuh): the first 4 steps' loads are issued while the
 //     previous kernel is still finishing, and only then does the block wait for x;
