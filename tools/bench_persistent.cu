@@ -14,18 +14,20 @@
 //     stream on across the hand-overs. Consumer warps dot each slot with x. A hand-over is a counter per
 //     projection: each block adds 1 (release) once its rows are written, and thread 0 of the next
 //     projection polls it (acquire) until every block has. Then the consumers copy the input vector in.
+//     (Or, kFlagsInData, the outputs carry their own flags and the readers poll the data.)
 // The eighth session's persistent chain (kb/log.md) met at a grid barrier, and each of its seams cost ~7 us.
 // This one asks whether a counter instead of the barrier, and a ring that runs ahead, hide the seams.
 // The attention is not in it: the o projection reads a fixed vector (in the step, the attention's output).
 //
 // What it measured (H100, kb/log.md "Nineteenth session"): no. With 8 consumer warps and gemv.cuh's dot it took
-// 56.9 us per layer, against the PDL chain's 44.5. The diagnostic modes (their outputs are wrong) say why:
-//   - with the dot products left out, 49.3 us against 34.6 for the bare stream through the ring: 3.7 us per
-//     hand-over that the ring does not hide, against the chain's 2.5 with its arithmetic. A release waits
+// 57.4 us per layer, against the PDL chain's 44.6. The diagnostic modes (their outputs are wrong) say why:
+//   - with the dot products left out, 49.3 us against 34.8 for the bare stream through the ring: 3.6 us per
+//     hand-over that the ring does not hide, against the chain's 2.4 with its arithmetic. A release waits
 //     until the block's writes have landed, and those writes, the poll and the input copy all queue behind
-//     the SM's own weight stream; a deeper ring hides more but delays them as much;
-//   - with no hand-overs, 45.8 us: the consumers set the pace (the producer waits 35 us per layer for a free
-//     slot, they wait < 2 us for a full one). More consumer warps are slower, and dot variants 0-2 were all
+//     the SM's own weight stream; a deeper ring hides more but delays them as much. Flags inside the data
+//     (kFlagsInData, outputs correct) only move the wait from the writer to the reader: 56.3 / 49.0 us;
+//   - with no hand-overs, 46.7 us: the consumers set the pace (the producer waits 35 us per layer for a free
+//     slot, they wait ~2 us for a full one). More consumer warps are slower, and dot variants 0-2 were all
 //     slower than gemv.cuh's own (variant 3).
 //
 // Prints us per layer, GB/s and % of the copy bandwidth for each way and mode, the producer's and the
@@ -94,11 +96,23 @@ struct PersistentArgs {
     unsigned long long* stamps;  // [gridDim.x][layers * kOps][kStamps] or null
     unsigned long long* producer_wait;  // [gridDim.x]: ns the producer spent waiting for a free slot
     unsigned long long* consumer_wait;  // [gridDim.x]: ns consumer warp 0 spent waiting for a full slot
-    int mode;  // 0, or diagnostics whose outputs are wrong (bits below)
+    int mode;  // 0, or diagnostics whose outputs are wrong (bits below), or kFlagsInData
+    // kFlagsInData: the residual and the SwiGLU output also go out as 8-byte words {value, flag} (flag_of)
+    unsigned long long* r_words;  // [kHidden]: an f32 each
+    unsigned long long* h_words;  // [kInter / 2]: a bf16 pair each
+    unsigned epoch;               // this launch's number, in every flag it writes
 };
 // kNoDots: slots are released unread. kNoSeams: no counts, waits or input copies after the first projection.
 // kNoWeightReads: every lane reads the same 16 bytes of its row (its dot products otherwise as they are).
-constexpr int kNoDots = 1, kNoSeams = 2, kNoWeightReads = 4;
+// kFlagsInData (correct outputs): the hand-overs into gate_up, down and the next qkv carry their flags inside
+// the data, as NCCL's LL protocol does: the writer stores {value, flag} as one 8-byte word with no release,
+// and the reader polls the words themselves until every flag is the writer's. This removes the release (which
+// waits for the writes to land) and the counter's round trip. The hand-over into o keeps the counter (in the
+// step the attention sits there, and o must not overwrite the residual before every qkv has read it).
+constexpr int kNoDots = 1, kNoSeams = 2, kNoWeightReads = 4, kFlagsInData = 8;
+
+// The flag projection q of this launch writes (never 0xFFFFFFFF, the fill of a fresh allocation).
+__host__ __device__ constexpr unsigned flag_of(unsigned epoch, int q) { return epoch << 10 | (unsigned)(q + 1); }
 
 // ---- Hopper's bulk copies and mbarriers (empty below compute capability 9.0, where main refuses to run) ----
 
@@ -139,6 +153,15 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
+// 8-byte words whose flag and value travel together (a 64-bit access is single-copy atomic); through L2.
+__device__ __forceinline__ unsigned long long ld_relaxed_u64(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_relaxed_u64(unsigned long long* p, unsigned long long v) {
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
 __device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -154,12 +177,13 @@ __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;
 
 // ---- the static schedule both roles walk ----
 
-// This block's rows of a projection: an even share (pairs of rows for gate_up's SwiGLU).
+// This block's rows of a projection: an even share (for gate_up, groups of 4 rows: two SwiGLU outputs, one
+// 8-byte word of kFlagsInData).
 struct RowRange {
     int r0, rows;
 };
-__device__ __forceinline__ RowRange block_rows(int N, int op) {
-    const int unit = op == GATE_UP ? 2 : 1, units = N / unit, G = gridDim.x, b = blockIdx.x;
+__device__ __forceinline__ RowRange block_rows(int N, int op, int b = blockIdx.x) {
+    const int unit = op == GATE_UP ? 4 : 1, units = N / unit, G = gridDim.x;
     const int base = units / G, rem = units % G;
     const int u0 = b * base + min(b, rem), nu = base + (b < rem ? 1 : 0);
     return RowRange{u0 * unit, nu * unit};
@@ -223,6 +247,73 @@ __device__ void produce(const PersistentArgs& a, Smem& s) {
 
 // ---- consumers ----
 
+// kFlagsInData: the input of projection q - 1's writers, in two steps. Warp 0 polls one word per writer block
+// (its last row's), all at once and again until each carries the writer's flag; then every thread reads its
+// words once, re-reading in batches any whose flag is not there yet (relaxed stores land in any order), and
+// puts the values into s.raw as fetch_input would copy them.
+template <int CW>
+__device__ void fetch_words(const PersistentArgs& a, Smem& s, int q, bool from_h, const bf16* norm_w, unsigned long long* st) {
+    constexpr int kMaxPerThread = (kInter / 2 + CW * 32 - 1) / (CW * 32), kMaxWritersPerLane = 8;
+    const int t = threadIdx.x, T = CW * 32, n = from_h ? kInter / 2 : kHidden, writer_op = (q - 1) % kOps;
+    const int writer_n = from_h ? 2 * kInter : kHidden, rows_per_word = from_h ? 4 : 1;
+    const unsigned long long* src = from_h ? a.h_words : a.r_words;
+    const unsigned flag = flag_of(a.epoch, q - 1);
+    if (norm_w) {
+        for (unsigned i = t * 16; i < kHidden * 2; i += T * 16)
+            cp_async_16(reinterpret_cast<unsigned char*>(s.norm_w) + i, reinterpret_cast<const unsigned char*>(norm_w) + i);
+        cp_async_commit();
+    }
+    if (t < 32) {
+        int idx[kMaxWritersPerLane];
+        bool ready[kMaxWritersPerLane];
+#pragma unroll
+        for (int j = 0; j < kMaxWritersPerLane; j++) {
+            const int b = t + 32 * j;
+            const RowRange rr = b < (int)gridDim.x ? block_rows(writer_n, writer_op, b) : RowRange{0, 0};
+            idx[j] = (rr.r0 + rr.rows) / rows_per_word - 1;
+            ready[j] = rr.rows == 0;
+        }
+        for (;;) {
+            unsigned long long w[kMaxWritersPerLane];
+#pragma unroll
+            for (int j = 0; j < kMaxWritersPerLane; j++)
+                if (!ready[j]) w[j] = ld_relaxed_u64(src + idx[j]);
+            bool all = true;
+#pragma unroll
+            for (int j = 0; j < kMaxWritersPerLane; j++)
+                if (!ready[j]) ready[j] = (unsigned)(w[j] >> 32) == flag, all = all && ready[j];
+            if (__all_sync(0xffffffffu, all)) break;
+        }
+    }
+    consumers_sync<CW>();
+    if (st && threadIdx.x == 0) st[1] = global_ns();
+    unsigned* raw = reinterpret_cast<unsigned*>(s.raw);
+    unsigned long long w[kMaxPerThread];
+    bool ready[kMaxPerThread];
+#pragma unroll
+    for (int j = 0; j < kMaxPerThread; j++) {
+        ready[j] = t + j * T >= n;
+        if (!ready[j]) w[j] = ld_relaxed_u64(src + t + j * T);
+    }
+    for (;;) {
+        bool all = true;
+#pragma unroll
+        for (int j = 0; j < kMaxPerThread; j++)
+            if (!ready[j]) {
+                ready[j] = (unsigned)(w[j] >> 32) == flag;
+                if (ready[j]) raw[t + j * T] = (unsigned)w[j];
+                all = all && ready[j];
+            }
+        if (all) break;
+#pragma unroll
+        for (int j = 0; j < kMaxPerThread; j++)
+            if (!ready[j]) w[j] = ld_relaxed_u64(src + t + j * T);
+    }
+    if (norm_w) cp_async_wait<0>();
+    consumers_sync<CW>();
+    if (st && threadIdx.x == 0) st[2] = global_ns();
+}
+
 // Waits until every block has finished projection q - 1 (thread 0 polls), then copies the projection's input
 // into shared memory (and the norm weights where it has a norm): 16-byte cp.async through L2 by every
 // consumer thread. (One bulk copy of x queued behind the producer's weight copies in the SM's copy unit:
@@ -231,6 +322,7 @@ template <int CW>
 __device__ void fetch_input(const PersistentArgs& a, Smem& s, int q, const void* x, unsigned x_bytes, const bf16* norm_w,
                             unsigned long long* st) {
     if (q > 0 && (a.mode & kNoSeams)) return;
+    if (q > 0 && (a.mode & kFlagsInData) && x != a.a) return fetch_words<CW>(a, s, q, x == a.h, norm_w, st);
     if (threadIdx.x == 0 && q > 0)
         while (ld_acquire(&a.done[q - 1]) < gridDim.x) {
         }
@@ -361,19 +453,29 @@ __device__ __forceinline__ void consume_tile(Smem& s, const unsigned char* tile,
 
 // The projection's rows out: store, residual add, or SwiGLU of (gate, up) pairs.
 template <int CW>
-__device__ void write_rows(const PersistentArgs& a, Smem& s, int op, RowRange rr, int parts) {
+__device__ void write_rows(const PersistentArgs& a, Smem& s, int op, int q, RowRange rr, int parts) {
     const int t = threadIdx.x;
     auto total = [&](int i) {
         float v = 0.f;
         for (int p = 0; p < parts; p++) v += s.partial[i][p];
         return v;
     };
+    const bool words = a.mode & kFlagsInData;
+    const unsigned long long flag = (unsigned long long)flag_of(a.epoch, q) << 32;
     if (op == QKV) {
         for (int i = t; i < rr.rows; i += CW * 32) a.y_qkv[rr.r0 + i] = total(i);
-    } else if (op == GATE_UP) {
-        for (int i = t; i < rr.rows / 2; i += CW * 32) a.h[rr.r0 / 2 + i] = __float2bfloat16_rn(silu(total(2 * i)) * total(2 * i + 1));
+    } else if (op == GATE_UP) {  // 4 rows (gate, up, gate, up) -> 2 outputs, one word
+        for (int i = t; i < rr.rows / 4; i += CW * 32) {
+            __nv_bfloat162 hp = __floats2bfloat162_rn(silu(total(4 * i)) * total(4 * i + 1), silu(total(4 * i + 2)) * total(4 * i + 3));
+            reinterpret_cast<__nv_bfloat162*>(a.h)[rr.r0 / 4 + i] = hp;
+            if (words) st_relaxed_u64(a.h_words + rr.r0 / 4 + i, flag | *reinterpret_cast<const unsigned*>(&hp));
+        }
     } else {
-        for (int i = t; i < rr.rows; i += CW * 32) a.r[rr.r0 + i] = s.old[i] + total(i);
+        for (int i = t; i < rr.rows; i += CW * 32) {
+            const float v = s.old[i] + total(i);
+            a.r[rr.r0 + i] = v;  // the block's own rows: it reads them back as the residual's old values
+            if (words) st_relaxed_u64(a.r_words + rr.r0 + i, flag | __float_as_uint(v));
+        }
     }
 }
 
@@ -409,9 +511,9 @@ __device__ void consume(const PersistentArgs& a, Smem& s) {
             }
             if (st && threadIdx.x == 0) st[4] = global_ns();
             consumers_sync<CW>();  // every part's sum is in s.partial
-            write_rows<CW>(a, s, op, rr, parts);
+            write_rows<CW>(a, s, op, q, rr, parts);
             consumers_sync<CW>();  // every row written before the count (the barrier and the release order them)
-            if (threadIdx.x == 0 && !(a.mode & kNoSeams)) red_release_add(&a.done[q], 1);
+            if (threadIdx.x == 0 && !(a.mode & kNoSeams) && (op == QKV || !(a.mode & kFlagsInData))) red_release_add(&a.done[q], 1);
         }
     }
     if (threadIdx.x == 0) a.consumer_wait[blockIdx.x] = full_waited;
@@ -578,6 +680,8 @@ int main(int argc, char** argv) {
         }
         pa.r = b.r, pa.y_qkv = b.y_qkv, pa.a = b.a, pa.h = b.h;
         pa.done = mem.alloc<unsigned>((size_t)256 * kOps, "done");
+        pa.r_words = mem.alloc<unsigned long long>(kHidden, "r_words");  // filled with 0xFF: no flag matches
+        pa.h_words = mem.alloc<unsigned long long>(kInter / 2, "h_words");
         pa.producer_wait = mem.alloc<unsigned long long>(sms, "producer_wait");
         pa.consumer_wait = mem.alloc<unsigned long long>(sms, "consumer_wait");
         auto wait_us = [&](const unsigned long long* p) {  // median over blocks, per layer
@@ -601,7 +705,7 @@ int main(int argc, char** argv) {
         }
         int kind = 0;  // which kernel
         auto persistent = [&](int n, int slots, bool stamp) {  // the counters' reset is timed with it (a 4 KB memset)
-            pa.layers = n, pa.slots = slots, pa.stamps = stamp ? stamps : nullptr;
+            pa.layers = n, pa.slots = slots, pa.stamps = stamp ? stamps : nullptr, pa.epoch++;
             CUDA_CHECK(cudaMemsetAsync(pa.done, 0, (size_t)n * kOps * 4, st));
             void* args[] = {&pa};
             CUDA_CHECK(cudaLaunchCooperativeKernel((void*)kernels[kind], dim3(sms), dim3((kernel_warps[kind] + 1) * 32), args, smem, st));
@@ -610,7 +714,10 @@ int main(int argc, char** argv) {
 
         // Correctness: both paths from the same residual, 1 and 2 layers, each kernel.
         for (kind = 0; kind < kKernels; kind++)
+        for (int mode : {0, kFlagsInData})
         for (int n : {1, 2}) {
+            if (mode && kernel_dot[kind] != 3) continue;
+            pa.mode = mode;
             cudaGraphExec_t e = capture(n);
             reset();
             CUDA_CHECK(cudaGraphLaunch(e, st));
@@ -620,10 +727,13 @@ int main(int argc, char** argv) {
             persistent(n, kMaxSlots, false);
             CUDA_CHECK(cudaStreamSynchronize(st));
             auto r_p = download(b.r, kHidden), y_p = download(b.y_qkv, kQkv), h_p = download_bf16(b.h, kInter);
-            std::printf("check, %d consumer warps, dot %d, %d layer%s: max |diff| / max |engine|: residual %.2e, qkv %.2e, swiglu %.2e\n",
-                        kernel_warps[kind], kernel_dot[kind], n, n > 1 ? "s" : "", max_rel_diff(r_p, r_e), max_rel_diff(y_p, y_e), max_rel_diff(h_p, h_e));
+            std::printf("check, %d consumer warps, dot %d%s, %d layer%s: max |diff| / max |engine|: residual %.2e, qkv %.2e, swiglu %.2e\n",
+                        kernel_warps[kind], kernel_dot[kind], mode ? ", flags in data" : "", n, n > 1 ? "s" : "", max_rel_diff(r_p, r_e),
+                        max_rel_diff(y_p, y_e), max_rel_diff(h_p, h_e));
             CUDA_CHECK(cudaGraphExecDestroy(e));
         }
+
+        pa.mode = 0;
 
         // Speed: median of 20 timed runs each.
         auto report = [&](const char* what, float ms) {
@@ -641,12 +751,14 @@ int main(int argc, char** argv) {
             CUDA_CHECK(cudaGraphExecDestroy(e));
             CUDA_CHECK(cudaGraphExecDestroy(e2));
         }
-        const char* mode_names[8] = {"", ", no dots", ", no seams", ", no dots, no seams", ", one weight chunk", "", ", one weight chunk, no seams", ""};
+        const char* mode_names[16] = {"", ", no dots", ", no seams", ", no dots, no seams", ", one weight chunk", "", ", one weight chunk, no seams", "",
+                                      ", flags in data", ", flags in data, no dots"};
         for (kind = 0; kind < kKernels; kind++)
-            for (int mode : {0, 1, 2, 3, 4, 6})
+            for (int mode : {0, 1, 2, 3, 4, 6, kFlagsInData, kFlagsInData | kNoDots})
                 for (int slots : {2, 4, 7}) {
                     if ((mode || kind) && slots != 7) continue;
-                    if (kind && mode != 0 && mode != 2) continue;
+                    if (kind && mode != 0 && mode != 2 && !(kernel_dot[kind] == 3 && kernel_warps[kind] == 8 && mode >= kFlagsInData)) continue;
+                    if (!kind && mode >= kFlagsInData) continue;
                     pa.mode = mode;
                     char name[96];
                     std::snprintf(name, sizeof name, "persistent, %d warps, dot %d, ring %d x %d KB%s", kernel_warps[kind], kernel_dot[kind], slots,
@@ -664,6 +776,8 @@ int main(int argc, char** argv) {
         for (int k = 0; k < kKernels; k++) stamp_runs.push_back({k, 0, kMaxSlots});
         stamp_runs.push_back({0, kNoDots, 2});
         stamp_runs.push_back({0, kNoDots, kMaxSlots});
+        stamp_runs.push_back({4, kFlagsInData, kMaxSlots});
+        stamp_runs.push_back({4, kFlagsInData | kNoDots, kMaxSlots});
         for (const StampRun& sr : stamp_runs) {
         kind = sr.kind, pa.mode = sr.mode;
         persistent(layers, sr.slots, true);
