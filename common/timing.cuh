@@ -95,12 +95,16 @@ inline double measure_copy_bandwidth(cudaStream_t stream, size_t bytes = (size_t
     return 2.0 * bytes / (ms * 1e-3) / 1e9;
 }
 
+// A number in [0, 1) from element i and a seed (a multiplicative hash, 16 bits kept): benchmark data.
+__device__ __forceinline__ float hash_unit(size_t i, uint32_t seed) {
+    uint32_t h = (uint32_t)(i * 2654435761u) ^ seed;
+    h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
+    return (h & 0xFFFF) / 65536.f;
+}
+
 static __global__ void fill_bf16_kernel(bf16* p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)(i * 2654435761u) ^ seed;
-        h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-        p[i] = __float2bfloat16_rn(((h & 0xFFFF) / 65536.f - 0.5f) * 0.1f);
-    }
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = __float2bfloat16_rn((hash_unit(i, seed) - 0.5f) * 0.1f);
 }
 
 // The prefill ceiling: a cuBLAS bf16 GEMM C[M][N] = A[M][K] B[N][K]^T on random data (median of 10).

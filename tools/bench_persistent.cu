@@ -72,15 +72,8 @@ constexpr float kEps = 1e-6f;
 
 enum Op { QKV = 0, O = 1, GATE_UP = 2, DOWN = 3 };
 
-// One projection as the persistent kernel sees it.
-struct ProjDesc {
-    const uint8_t* w;    // e4m3 [N][K]
-    const float* scale;  // float [N][K / 128]
-    int N, K;
-};
-
 struct LayerDesc {
-    ProjDesc p[kOps];
+    Linear p[kOps];  // FP8, kblock 128: e4m3 [N][K], float scales [N][K / 128]
     const bf16* norm1;  // before qkv
     const bf16* norm2;  // before gate_up
 };
@@ -165,11 +158,6 @@ __device__ __forceinline__ void st_relaxed_u64(unsigned long long* p, unsigned l
 __device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-__device__ __forceinline__ unsigned long long global_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 // The CW consumer warps only (the producer warp never joins): named barrier 1.
 template <int CW>
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(CW * 32) : "memory"); }
@@ -182,8 +170,9 @@ __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;
 struct RowRange {
     int r0, rows;
 };
+__host__ __device__ constexpr int row_unit(int op) { return op == GATE_UP ? 4 : 1; }
 __device__ __forceinline__ RowRange block_rows(int N, int op, int b = blockIdx.x) {
-    const int unit = op == GATE_UP ? 4 : 1, units = N / unit, G = gridDim.x;
+    const int unit = row_unit(op), units = N / unit, G = gridDim.x;
     const int base = units / G, rem = units % G;
     const int u0 = b * base + min(b, rem), nu = base + (b < rem ? 1 : 0);
     return RowRange{u0 * unit, nu * unit};
@@ -204,6 +193,22 @@ __host__ __device__ constexpr int tile_rows(int K, int op, int CW) {
     return op == GATE_UP ? r - r % 2 : r;
 }
 
+// Projection q (= layer * kOps + op) of the run, as this block takes it: its layer's weights, its rows, and
+// its rows per slot. The producer and the consumers walk q = 0, 1, ... in the same order.
+struct ProjectionStep {
+    const LayerDesc* layer;
+    const Linear* P;
+    int op, tile_rows;
+    RowRange rows;
+};
+template <int CW>
+__device__ __forceinline__ ProjectionStep projection_step(const PersistentArgs& a, int q) {
+    const LayerDesc* L = &a.sets[q / kOps % kSets];
+    const int op = q % kOps;
+    const Linear* P = &L->p[op];
+    return ProjectionStep{L, P, op, tile_rows(P->K, op, CW), block_rows(P->N, op)};
+}
+
 struct Smem {
     uint64_t full[kMaxSlots], empty[kMaxSlots];
     float partial[kMaxRowsPerBlock][kMaxParts];
@@ -222,24 +227,22 @@ template <int CW>
 __device__ void produce(const PersistentArgs& a, Smem& s) {
     unsigned it = 0;
     unsigned long long waited = 0;
-    for (int l = 0; l < a.layers; l++) {
-        const LayerDesc& L = a.sets[l % kSets];
-        for (int op = 0; op < kOps; op++) {
-            const ProjDesc& P = L.p[op];
-            const RowRange rr = block_rows(P.N, op);
-            const int tr = tile_rows(P.K, op, CW), nkb = P.K / 128;
-            for (int t0 = 0; t0 < rr.rows; t0 += tr, it++) {
-                const int slot = it % a.slots, use = it / a.slots, rows = min(tr, rr.rows - t0), row = rr.r0 + t0;
-                if (use > 0) {
-                    const unsigned long long t = global_ns();
-                    mbar_wait(&s.empty[slot], (use - 1) & 1);
-                    waited += global_ns() - t;
-                }
-                const unsigned wbytes = rows * P.K, sbytes = rows * nkb * 4;
-                mbar_expect_tx(&s.full[slot], wbytes + sbytes);
-                bulk_copy(s.ring[slot], P.w + (size_t)row * P.K, wbytes, &s.full[slot]);
-                bulk_copy(s.ring[slot] + wbytes, P.scale + (size_t)row * nkb, sbytes, &s.full[slot]);
+    for (int q = 0; q < a.layers * kOps; q++) {
+        const ProjectionStep ps = projection_step<CW>(a, q);
+        const int K = ps.P->K, nkb = K / 128;
+        const uint8_t* w = static_cast<const uint8_t*>(ps.P->w);
+        const float* scale = static_cast<const float*>(ps.P->scale);
+        for (int t0 = 0; t0 < ps.rows.rows; t0 += ps.tile_rows, it++) {
+            const int slot = it % a.slots, use = it / a.slots, rows = min(ps.tile_rows, ps.rows.rows - t0), row = ps.rows.r0 + t0;
+            if (use > 0) {
+                const unsigned long long t = global_timer_ns();
+                mbar_wait(&s.empty[slot], (use - 1) & 1);
+                waited += global_timer_ns() - t;
             }
+            const unsigned wbytes = rows * K, sbytes = rows * nkb * 4;
+            mbar_expect_tx(&s.full[slot], wbytes + sbytes);
+            bulk_copy(s.ring[slot], w + (size_t)row * K, wbytes, &s.full[slot]);
+            bulk_copy(s.ring[slot] + wbytes, scale + (size_t)row * nkb, sbytes, &s.full[slot]);
         }
     }
     a.producer_wait[blockIdx.x] = waited;
@@ -286,7 +289,7 @@ __device__ void fetch_words(const PersistentArgs& a, Smem& s, int q, bool from_h
         }
     }
     consumers_sync<CW>();
-    if (st && threadIdx.x == 0) st[1] = global_ns();
+    if (st && threadIdx.x == 0) st[1] = global_timer_ns();
     unsigned* raw = reinterpret_cast<unsigned*>(s.raw);
     unsigned long long w[kMaxPerThread];
     bool ready[kMaxPerThread];
@@ -311,7 +314,7 @@ __device__ void fetch_words(const PersistentArgs& a, Smem& s, int q, bool from_h
     }
     if (norm_w) cp_async_wait<0>();
     consumers_sync<CW>();
-    if (st && threadIdx.x == 0) st[2] = global_ns();
+    if (st && threadIdx.x == 0) st[2] = global_timer_ns();
 }
 
 // Waits until every block has finished projection q - 1 (thread 0 polls), then copies the projection's input
@@ -322,12 +325,12 @@ template <int CW>
 __device__ void fetch_input(const PersistentArgs& a, Smem& s, int q, const void* x, unsigned x_bytes, const bf16* norm_w,
                             unsigned long long* st) {
     if (q > 0 && (a.mode & kNoSeams)) return;
-    if (q > 0 && (a.mode & kFlagsInData) && x != a.a) return fetch_words<CW>(a, s, q, x == a.h, norm_w, st);
+    if (q > 0 && (a.mode & kFlagsInData) && q % kOps != O) return fetch_words<CW>(a, s, q, q % kOps == DOWN, norm_w, st);
     if (threadIdx.x == 0 && q > 0)
         while (ld_acquire(&a.done[q - 1]) < gridDim.x) {
         }
     consumers_sync<CW>();
-    if (st && threadIdx.x == 0) st[1] = global_ns();
+    if (st && threadIdx.x == 0) st[1] = global_timer_ns();
     const int t = threadIdx.x, T = CW * 32;
     for (unsigned i = t * 16; i < x_bytes; i += T * 16) cp_async_16(s.raw + i, static_cast<const unsigned char*>(x) + i);
     if (norm_w)
@@ -336,7 +339,7 @@ __device__ void fetch_input(const PersistentArgs& a, Smem& s, int q, const void*
     cp_async_commit();
     cp_async_wait<0>();
     consumers_sync<CW>();
-    if (st && threadIdx.x == 0) st[2] = global_ns();
+    if (st && threadIdx.x == 0) st[2] = global_timer_ns();
 }
 
 // Where element i of x goes in shared memory (in halves), per dot-product variant DV:
@@ -483,38 +486,36 @@ template <int CW, int DV>
 __device__ void consume(const PersistentArgs& a, Smem& s) {
     unsigned it = 0;
     unsigned long long full_waited = 0;
-    for (int l = 0; l < a.layers; l++) {
-        const LayerDesc& L = a.sets[l % kSets];
-        for (int op = 0; op < kOps; op++) {
-            const int q = l * kOps + op;
-            unsigned long long* st = a.stamps ? a.stamps + ((size_t)blockIdx.x * a.layers * kOps + q) * kStamps : nullptr;
-            if (st && threadIdx.x == 0) st[0] = global_ns();
-            const ProjDesc& P = L.p[op];
-            const RowRange rr = block_rows(P.N, op);
-            const bool norm = op == QKV || op == GATE_UP;
-            const void* x = op == QKV || op == GATE_UP ? (const void*)a.r : op == O ? (const void*)a.a : (const void*)a.h;
-            const unsigned x_bytes = norm ? kHidden * 4 : P.K * 2;
-            fetch_input<CW>(a, s, q, x, x_bytes, op == QKV ? L.norm1 : op == GATE_UP ? L.norm2 : nullptr, st);
-            if (op == O || op == DOWN)  // the residual's old rows: written two hand-overs ago, so final now
-                for (int i = threadIdx.x; i < rr.rows; i += CW * 32) s.old[i] = __ldcg(a.r + rr.r0 + i);
-            stage_input<CW, DV>(s, P.K, norm);
-            if (st && threadIdx.x == 0) st[3] = global_ns();
-            const int tr = tile_rows(P.K, op, CW), parts = row_parts(P.K, CW);
-            for (int t0 = 0; t0 < rr.rows; t0 += tr, it++) {
-                const int slot = it % a.slots, use = it / a.slots;
-                const unsigned long long t_wait = threadIdx.x == 0 ? global_ns() : 0;
-                mbar_wait(&s.full[slot], use & 1);
-                if (threadIdx.x == 0) full_waited += global_ns() - t_wait;
-                if (!(a.mode & kNoDots)) consume_tile<CW, DV>(s, s.ring[slot], min(tr, rr.rows - t0), t0, P.K, parts, a.mode & kNoWeightReads);
-                __syncwarp();
-                if ((threadIdx.x & 31) == 0) mbar_arrive(&s.empty[slot]);
-            }
-            if (st && threadIdx.x == 0) st[4] = global_ns();
-            consumers_sync<CW>();  // every part's sum is in s.partial
-            write_rows<CW>(a, s, op, q, rr, parts);
-            consumers_sync<CW>();  // every row written before the count (the barrier and the release order them)
-            if (threadIdx.x == 0 && !(a.mode & kNoSeams) && (op == QKV || !(a.mode & kFlagsInData))) red_release_add(&a.done[q], 1);
+    for (int q = 0; q < a.layers * kOps; q++) {
+        unsigned long long* st = a.stamps ? a.stamps + ((size_t)blockIdx.x * a.layers * kOps + q) * kStamps : nullptr;
+        if (st && threadIdx.x == 0) st[0] = global_timer_ns();
+        const ProjectionStep ps = projection_step<CW>(a, q);
+        const int op = ps.op, K = ps.P->K;
+        const RowRange rr = ps.rows;
+        const bool norm = op == QKV || op == GATE_UP;
+        const void* x = norm ? (const void*)a.r : op == O ? (const void*)a.a : (const void*)a.h;
+        const unsigned x_bytes = norm ? kHidden * 4 : K * 2;
+        fetch_input<CW>(a, s, q, x, x_bytes, op == QKV ? ps.layer->norm1 : op == GATE_UP ? ps.layer->norm2 : nullptr, st);
+        if (op == O || op == DOWN)  // the residual's old rows: written two hand-overs ago, so final now
+            for (int i = threadIdx.x; i < rr.rows; i += CW * 32) s.old[i] = __ldcg(a.r + rr.r0 + i);
+        stage_input<CW, DV>(s, K, norm);
+        if (st && threadIdx.x == 0) st[3] = global_timer_ns();
+        const int parts = row_parts(K, CW);
+        for (int t0 = 0; t0 < rr.rows; t0 += ps.tile_rows, it++) {
+            const int slot = it % a.slots, use = it / a.slots;
+            const unsigned long long t_wait = threadIdx.x == 0 ? global_timer_ns() : 0;
+            mbar_wait(&s.full[slot], use & 1);
+            if (threadIdx.x == 0) full_waited += global_timer_ns() - t_wait;
+            if (!(a.mode & kNoDots))
+                consume_tile<CW, DV>(s, s.ring[slot], min(ps.tile_rows, rr.rows - t0), t0, K, parts, a.mode & kNoWeightReads);
+            __syncwarp();
+            if ((threadIdx.x & 31) == 0) mbar_arrive(&s.empty[slot]);
         }
+        if (st && threadIdx.x == 0) st[4] = global_timer_ns();
+        consumers_sync<CW>();  // every part's sum is in s.partial
+        write_rows<CW>(a, s, op, q, rr, parts);
+        consumers_sync<CW>();  // every row written before the count (the barrier and the release order them)
+        if (threadIdx.x == 0 && !(a.mode & kNoSeams) && (op == QKV || !(a.mode & kFlagsInData))) red_release_add(&a.done[q], 1);
     }
     if (threadIdx.x == 0) a.consumer_wait[blockIdx.x] = full_waited;
 }
@@ -557,18 +558,13 @@ static Linear make_fp8(int N, int K, uint32_t seed, GpuMemory& mem, bf16* scratc
     return L;
 }
 
-static __global__ void fill_norm_kernel(bf16* p, int n, uint32_t seed) {
+// p[i] = center + width * (u - 0.5), u in [0, 1) from timing.cuh's hash (the one fill_bf16_kernel uses).
+template <class T>
+static __global__ void fill_uniform_kernel(T* p, int n, uint32_t seed, float center, float width) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)(i * 2654435761u) ^ seed;
-        h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-        p[i] = __float2bfloat16_rn(1.f + ((h & 0xFFFF) / 65536.f - 0.5f) * 0.2f);
-    }
-}
-static __global__ void fill_f32_kernel(float* p, int n, uint32_t seed) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)(i * 2654435761u) ^ seed;
-        h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-        p[i] = ((h & 0xFFFF) / 65536.f - 0.5f) * 2.f;
+        const float v = center + width * (hash_unit(i, seed) - 0.5f);
+        if constexpr (std::is_same<T, float>::value) p[i] = v;
+        else p[i] = __float2bfloat16_rn(v);
     }
 }
 
@@ -628,8 +624,10 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
         std::printf("device: %s, %d SMs, copy bandwidth %.1f GB/s; Qwen3-4B shapes, fp8 (1 x 128 scales), %d layers over %d weight sets\n",
                     prop.name, sms, copy, layers, kSets);
-        if ((kQkv / 1 + sms - 1) / sms > kMaxRowsPerBlock || (kInter * 2 / 2 + sms - 1) / sms * 2 > kMaxRowsPerBlock)
-            die("bench_persistent: %d SMs leave more than %d rows per block", sms, kMaxRowsPerBlock);
+        const int proj_rows[kOps] = {kQkv, kHidden, 2 * kInter, kHidden};
+        for (int op = 0; op < kOps; op++)  // block_rows' largest share
+            if (CEIL_DIV(proj_rows[op] / row_unit(op), sms) * row_unit(op) > kMaxRowsPerBlock)
+                die("bench_persistent: %d SMs leave more than %d rows per block", sms, kMaxRowsPerBlock);
 
         GpuMemory mem;
         bf16* scratch = mem.alloc<bf16>((size_t)2 * kInter * kHidden, "scratch");
@@ -642,8 +640,8 @@ int main(int argc, char** argv) {
             W[i].down = make_fp8(kHidden, kInter, s0 + 4, mem, scratch, st);
             W[i].norm1 = mem.alloc<bf16>(kHidden, "n1");
             W[i].norm2 = mem.alloc<bf16>(kHidden, "n2");
-            fill_norm_kernel<<<16, 256, 0, st>>>(W[i].norm1, kHidden, s0 + 5);
-            fill_norm_kernel<<<16, 256, 0, st>>>(W[i].norm2, kHidden, s0 + 6);
+            fill_uniform_kernel<<<16, 256, 0, st>>>(W[i].norm1, kHidden, s0 + 5, 1.f, 0.2f);
+            fill_uniform_kernel<<<16, 256, 0, st>>>(W[i].norm2, kHidden, s0 + 6, 1.f, 0.2f);
             LAUNCH_CHECK();
         }
         const double layer_bytes = (double)(W[0].qkv.bytes() + W[0].o.bytes() + W[0].gate_up.bytes() + W[0].down.bytes());
@@ -654,7 +652,7 @@ int main(int argc, char** argv) {
         b.y_qkv = mem.alloc<float>(kQkv, "yqkv");
         b.a = mem.alloc<bf16>(kAttn, "a");
         b.h = mem.alloc<bf16>(kInter, "h");
-        fill_f32_kernel<<<16, 256, 0, st>>>(b.r0, kHidden, 7);
+        fill_uniform_kernel<<<16, 256, 0, st>>>(b.r0, kHidden, 7, 0.f, 2.f);
         fill_bf16_kernel<<<16, 256, 0, st>>>(b.a, kAttn, 9);
         LAUNCH_CHECK();
         CUDA_CHECK(cudaStreamSynchronize(st));
@@ -674,8 +672,7 @@ int main(int argc, char** argv) {
 
         PersistentArgs pa = {};
         for (int i = 0; i < kSets; i++) {
-            const Linear* Ls[kOps] = {&W[i].qkv, &W[i].o, &W[i].gate_up, &W[i].down};
-            for (int op = 0; op < kOps; op++) pa.sets[i].p[op] = ProjDesc{(const uint8_t*)Ls[op]->w, (const float*)Ls[op]->scale, Ls[op]->N, Ls[op]->K};
+            pa.sets[i].p[QKV] = W[i].qkv, pa.sets[i].p[O] = W[i].o, pa.sets[i].p[GATE_UP] = W[i].gate_up, pa.sets[i].p[DOWN] = W[i].down;
             pa.sets[i].norm1 = W[i].norm1, pa.sets[i].norm2 = W[i].norm2;
         }
         pa.r = b.r, pa.y_qkv = b.y_qkv, pa.a = b.a, pa.h = b.h;
