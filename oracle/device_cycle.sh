@@ -23,6 +23,8 @@
 #   gemvbench     build/<arch>/tools/bench_gemv (GEMV GB/s per shape and format)
 #   speed PRESETS engine --bench at context 512 for each weight format (quick); SPEED_FLAGS="--no-pdl,..."
 #                 adds runs with those flags (comma-separated sets, '+' between flags of one set)
+#   loadtime PRESET   the engine's load time on that random-weight checkpoint for each --dtype (files in the page
+#                 cache, then dropped from it where the user may), and tools/quantize's outputs loaded likewise
 #   demo          the README's demo command, and the engine on bad input
 #   pack          tar what should come back into $OUT (split into <= 15 MB parts)
 set -u
@@ -175,6 +177,25 @@ stage_speed() {  # PRESETS (comma-separated)
   done 2>&1 | tee -a "$R/speed.txt"
 }
 
+stage_loadtime() {  # PRESET: load time per --dtype, warm and cold page cache, and of tools/quantize's outputs
+  local m=$W/speed-$1 d ids=$W/load.ids
+  [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$1" --out "$m" --shard 4GB > /dev/null
+  echo "1 2 3 4" > "$ids"
+  load() { echo "--- $1 --dtype $2"; "$B"/qwen3 -m "$1" --ids "$ids" -n 1 --temp 0 --dtype "$2" 2>&1 | grep -E "load time|error"; }
+  cold() { sync && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; }
+  {
+    du -sh "$m"; cat "$m"/*.safetensors > /dev/null
+    for d in bf16 fp8 int4 bf16 fp8 int4; do load "$m" $d; done
+    for d in bf16 int4; do if cold; then echo "(page cache dropped)"; load "$m" $d; else echo "cannot drop the page cache"; fi; done
+    for d in int4 fp8; do
+      /usr/bin/time -f "tools/quantize --dtype $d: %e s" build/tools/quantize "$m" "$m-$d" --dtype $d 2>&1 | tail -2
+      cat "$m-$d"/*.safetensors > /dev/null
+      load "$m-$d" $d; load "$m-$d" $d
+      rm -rf "$m-$d"
+    done
+  } 2>&1 | tee -a "$R/loadtime.txt"
+}
+
 stage_gemvbench() { "$B"/tools/bench_gemv 2>&1 | tee "$R/bench_gemv.txt"; }
 
 stage_pack() {
@@ -186,7 +207,7 @@ while [ $# -gt 0 ]; do
   s=$1; shift
   case $s in
     fid|probe) log "$s $1 $2 $3"; "stage_$s" "$1" "$2" "$3"; shift 3 ;;
-    bench|speed) log "$s $1"; "stage_$s" "$1"; shift ;;
+    bench|speed|loadtime) log "$s $1"; "stage_$s" "$1"; shift ;;
     *) log "$s"; "stage_$s" ;;
   esac
 done
