@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "host_upload.cuh"
 #include "safetensors.h"
 
 namespace monocu {
@@ -136,7 +137,7 @@ inline void upload_bf16(const TensorView& t, bf16* dst, size_t dst_pitch, cudaSt
     size_t n = static_cast<size_t>(t.numel()), rows = cols ? n / cols : 0;
     if (n == 0) return;
     if (t.dtype == DType::BF16) {
-        CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch * 2, t.data, cols * 2, cols * 2, rows, cudaMemcpyHostToDevice, stream));
+        upload_2d(dst, dst_pitch * 2, t.data, cols * 2, cols * 2, rows, stream);
         return;
     }
     // Stage the raw bytes, convert on the device, then place the rows.
@@ -144,7 +145,7 @@ inline void upload_bf16(const TensorView& t, bf16* dst, size_t dst_pitch, cudaSt
     bf16* conv = nullptr;
     CUDA_CHECK(cudaMallocAsync(&raw, t.nbytes(), stream));
     CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&conv), n * 2, stream));
-    CUDA_CHECK(cudaMemcpyAsync(raw, t.data, t.nbytes(), cudaMemcpyHostToDevice, stream));
+    upload_bytes(raw, t.data, t.nbytes(), stream);
     int grid = static_cast<int>(std::min<size_t>(CEIL_DIV(n, 256), 65535));
     if (t.dtype == DType::F32) f32_to_bf16_kernel<<<grid, 256, 0, stream>>>(static_cast<const float*>(raw), conv, n);
     else f16_to_bf16_kernel<<<grid, 256, 0, stream>>>(static_cast<const __half*>(raw), conv, n);

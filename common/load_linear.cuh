@@ -45,8 +45,7 @@ inline void part_rows(const LinearParts& lp, size_t p, int* row0, int* stride) {
 
 // Copies rows of row_bytes each from the host into dst, row r landing at row0 + r * stride.
 inline void upload_rows(const void* src, size_t row_bytes, int rows, void* dst, int row0, int stride, cudaStream_t s) {
-    CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(dst) + (size_t)row0 * row_bytes, row_bytes * stride, src, row_bytes, row_bytes,
-                                 rows, cudaMemcpyHostToDevice, s));
+    upload_2d(static_cast<uint8_t*>(dst) + (size_t)row0 * row_bytes, row_bytes * stride, src, row_bytes, row_bytes, rows, s);
 }
 
 inline WFormat checkpoint_weight_format(const Checkpoint& ck, const std::string& name) {

@@ -719,6 +719,7 @@ int main(int argc, char** argv) {
         State s;
         alloc_state(s, c, w, o.kv_type == "fp8" ? KvType::FP8 : KvType::BF16, o.kv_prefill_cache, !o.dump_dir.empty(), mem, st);
         CUDA_CHECK(cudaStreamSynchronize(st));
+        upload_release();  // the loaders' pinned buffers (host_upload.cuh)
         Timings tm;
         tm.load_ms = wall_ms() - t_start;
         if (o.verbose || o.bench)
