@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -116,7 +117,12 @@ private:
             }
         };
         std::vector<std::thread> pool;
-        for (int i = 1; i < t; i++) pool.emplace_back(span, i);
+        int started = 1;
+        try {
+            for (; started < t; started++) pool.emplace_back(span, started);
+        } catch (const std::system_error&) {  // no thread to be had: this one copies the rest
+        }
+        for (int i = started; i < t; i++) span(i);
         span(0);
         for (std::thread& th : pool) th.join();
     }
