@@ -40,7 +40,7 @@ public:
 
     void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows, cudaStream_t s) {
         if (width == 0 || rows == 0) return;
-        if (width * rows < direct_bytes_) {
+        if (width * rows < direct_bytes_ || !have_pool()) {
             CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyHostToDevice, s));
             return;
         }
@@ -88,15 +88,27 @@ private:
         }
     }
 
+    // The pinned buffers, made on first use. Where the system will not pin that much memory, every copy goes the
+    // driver's way instead (slower, same bytes).
+    bool have_pool() {
+        if (!pool_.empty()) return true;
+        if (no_pinned_) return false;
+        for (int i = 0; i < slots_; i++) {
+            Slot slot;
+            if (cudaHostAlloc(&slot.host, slot_bytes_, cudaHostAllocDefault) != cudaSuccess) {
+                cudaGetLastError();  // clear it: nothing failed that a pageable copy cannot do
+                release();
+                no_pinned_ = true;
+                return false;
+            }
+            CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));  // not recorded yet: complete
+            pool_.push_back(slot);
+        }
+        return true;
+    }
+
     // The next buffer in turn, once the copy that last read it has finished.
     Slot& take_slot() {
-        if (pool_.empty()) {
-            pool_.resize(slots_);
-            for (Slot& slot : pool_) {
-                CUDA_CHECK(cudaHostAlloc(&slot.host, slot_bytes_, cudaHostAllocDefault));
-                CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));  // not recorded yet: complete
-            }
-        }
         Slot& slot = pool_[next_];
         next_ = (next_ + 1) % slots_;
         CUDA_CHECK(cudaEventSynchronize(slot.done));
@@ -131,6 +143,7 @@ private:
     int slots_, threads_;
     std::vector<Slot> pool_;
     int next_ = 0;
+    bool no_pinned_ = false;
 };
 
 // The process's uploader, for the loaders.

@@ -65,3 +65,11 @@ TEST_CASE("host uploads through pinned buffers: the bytes cudaMemcpy2D would wri
     up.release();
     check_copy(up, {3000, 7, 3000, 3000}, g);  // buffers come back after a release
 }
+
+TEST_CASE("host uploads where memory cannot be pinned: the driver's copies, the same bytes, no error left behind") {
+    std::mt19937_64 g(12);
+    HostUploader up(size_t(1) << 42, 2, 1024);  // 4 TB buffers: no machine pins that
+    check_copy(up, {1000, 50, 1100, 2000}, g);
+    check_copy(up, {50001, 1, 50001, 50001}, g);
+    CHECK(cudaGetLastError() == cudaSuccess);
+}
