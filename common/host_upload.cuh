@@ -1,6 +1,7 @@
 // host_upload.cuh — a checkpoint's bytes from host memory to the GPU at the speed of the PCIe link.
 //
 // Usage:
+//   upload_begin(ck.total_bytes());   // before a load: pinned buffers only if the load is big enough to pay for them
 //   upload_2d(dst, dst_pitch, src, src_pitch, width, rows, stream);  // as cudaMemcpy2DAsync(..., HostToDevice)
 //   upload_bytes(dst, src, n, stream);                                 // one contiguous range
 //   upload_release();   // after the last upload: waits for the copies in flight, frees the pinned buffers
@@ -11,6 +12,9 @@
 // previous one to the GPU. Qwen3-8B (16.4 GB of bf16 files in the page cache) then loads in 1.24-1.36 s
 // instead of 2.57-2.65 s, quantized to fp8 or int4 in 1.30-1.57 s instead of 2.83-3.29 s (H100, kb/log.md,
 // twentieth session). A load from a cold disk is bound by the disk either way (~1.5 GB/s there).
+// Pinning the three buffers costs ~0.1 s, which smaller loads do not win back: Qwen3-0.6B (1.2 GB) went from
+// 0.39-0.48 s to 0.55-0.57 s and the shipped 27 MB model from 0.24-0.33 s to 0.35-0.49 s with them, so below
+// kPinnedUploadMinBytes every copy goes the driver's way, as before; Qwen3-4B (8 GB) gains: 1.51-1.90 s -> 0.91-1.25 s.
 // The source may be freed or changed as soon as a call returns (its bytes are in a pinned buffer by then);
 // the destination is written in stream order, like any async copy.
 #pragma once
@@ -27,6 +31,8 @@
 
 namespace monocu {
 
+constexpr size_t kPinnedUploadMinBytes = size_t(4) << 30;
+
 class HostUploader {
 public:
     // slot_bytes: each pinned buffer; slots: how many take turns; direct_bytes: copies below it go straight to
@@ -38,9 +44,13 @@ public:
     HostUploader& operator=(const HostUploader&) = delete;
     ~HostUploader() { release(); }
 
+    // Whether the next copies use the pinned buffers: a load of expected_bytes in all.
+    void begin(size_t expected_bytes) { pinned_ = expected_bytes >= kPinnedUploadMinBytes; }
+    size_t pinned_bytes() const { return pool_.size() * slot_bytes_; }
+
     void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows, cudaStream_t s) {
         if (width == 0 || rows == 0) return;
-        if (width * rows < direct_bytes_ || !have_pool()) {
+        if (!pinned_ || width * rows < direct_bytes_ || !have_pool()) {
             CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyHostToDevice, s));
             return;
         }
@@ -60,7 +70,7 @@ public:
         }
     }
 
-    // Waits for the copies in flight and frees the pinned buffers (they come back on the next copy).
+    // Waits for the copies in flight and frees the pinned buffers; copies go the driver's way until the next begin().
     void release() {
         for (Slot& slot : pool_) {
             cudaEventSynchronize(slot.done);  // no CUDA_CHECK: also runs at exit, when the runtime may be gone
@@ -69,6 +79,7 @@ public:
         }
         pool_.clear();
         next_ = 0;
+        pinned_ = false;
     }
 
 private:
@@ -92,13 +103,12 @@ private:
     // driver's way instead (slower, same bytes).
     bool have_pool() {
         if (!pool_.empty()) return true;
-        if (no_pinned_) return false;
         for (int i = 0; i < slots_; i++) {
             Slot slot;
             if (cudaHostAlloc(&slot.host, slot_bytes_, cudaHostAllocDefault) != cudaSuccess) {
                 cudaGetLastError();  // clear it: nothing failed that a pageable copy cannot do
                 release();
-                no_pinned_ = true;
+                pinned_ = false;
                 return false;
             }
             CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));  // not recorded yet: complete
@@ -143,7 +153,7 @@ private:
     int slots_, threads_;
     std::vector<Slot> pool_;
     int next_ = 0;
-    bool no_pinned_ = false;
+    bool pinned_ = false;  // set by begin(), cleared by release() or by a failed pin
 };
 
 // The process's uploader, for the loaders.
@@ -155,6 +165,7 @@ inline void upload_2d(void* dst, size_t dst_pitch, const void* src, size_t src_p
     host_uploader().copy_2d(dst, dst_pitch, src, src_pitch, width, rows, s);
 }
 inline void upload_bytes(void* dst, const void* src, size_t n, cudaStream_t s) { upload_2d(dst, n, src, n, n, 1, s); }
+inline void upload_begin(size_t expected_bytes) { host_uploader().begin(expected_bytes); }
 inline void upload_release() { host_uploader().release(); }
 
 }  // namespace monocu

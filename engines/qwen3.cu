@@ -715,6 +715,7 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
         GpuMemory mem;
         WFormat fmt = weight_format(o, ck);
+        upload_begin(ck.total_bytes());  // pinned staging for big checkpoints (host_upload.cuh)
         Weights w = load_weights(ck, c, fmt, mem, st);
         State s;
         alloc_state(s, c, w, o.kv_type == "fp8" ? KvType::FP8 : KvType::BF16, o.kv_prefill_cache, !o.dump_dir.empty(), mem, st);

@@ -48,6 +48,7 @@ TEST_CASE("host uploads through pinned buffers: the bytes cudaMemcpy2D would wri
     std::mt19937_64 g(11);
     // Buffers of 4 KB, two of them taking turns, copies below 1 KB direct: every path runs on small data.
     HostUploader up(4096, 2, 1024);
+    up.begin(kPinnedUploadMinBytes);
     const Copy2d fixed[] = {
         {100, 3, 100, 100},       // below the direct size
         {1000, 50, 1100, 2000},   // 4 rows per buffer, 13 buffer turns, gaps on both sides
@@ -58,18 +59,27 @@ TEST_CASE("host uploads through pinned buffers: the bytes cudaMemcpy2D would wri
         {4097, 2, 5000, 4097},    // one byte wider than a buffer
     };
     for (const Copy2d& c : fixed) check_copy(up, c, g);
+    CHECK(up.pinned_bytes() == 2 * 4096);
     for (int i = 0; i < 40; i++) {
         size_t width = 1 + g() % 9000, rows = 1 + g() % 40;
         check_copy(up, {width, rows, width + g() % 3 * (g() % 500), width + g() % 3 * (g() % 500)}, g);
     }
     up.release();
-    check_copy(up, {3000, 7, 3000, 3000}, g);  // buffers come back after a release
+    CHECK(up.pinned_bytes() == 0);
+    check_copy(up, {3000, 7, 3000, 3000}, g);  // after a release: the driver's copies
+    CHECK(up.pinned_bytes() == 0);
+    up.begin(kPinnedUploadMinBytes);
+    check_copy(up, {3000, 7, 3000, 3000}, g);  // and the buffers again after a begin
+    up.begin(kPinnedUploadMinBytes - 1);       // a small load: the driver's copies, with the buffers still there
+    check_copy(up, {1000, 50, 1100, 2000}, g);
 }
 
 TEST_CASE("host uploads where memory cannot be pinned: the driver's copies, the same bytes, no error left behind") {
     std::mt19937_64 g(12);
     HostUploader up(size_t(1) << 42, 2, 1024);  // 4 TB buffers: no machine pins that
+    up.begin(kPinnedUploadMinBytes);
     check_copy(up, {1000, 50, 1100, 2000}, g);
     check_copy(up, {50001, 1, 50001, 50001}, g);
+    CHECK(up.pinned_bytes() == 0);
     CHECK(cudaGetLastError() == cudaSuccess);
 }
