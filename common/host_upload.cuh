@@ -56,18 +56,15 @@ public:
         }
         auto* d = static_cast<uint8_t*>(dst);
         auto* h = static_cast<const uint8_t*>(src);
-        if (width > slot_bytes_) {  // rows wider than a buffer: each row is a contiguous range of its own
-            for (size_t r = 0; r < rows; r++) copy_range(d + r * dst_pitch, h + r * src_pitch, width, s);
+        if (width > slot_bytes_) {  // rows wider than a buffer: each row in buffer-sized pieces
+            for (size_t r = 0; r < rows; r++)
+                for (size_t at = 0; at < width; at += slot_bytes_)
+                    send(d + r * dst_pitch + at, dst_pitch, h + r * src_pitch + at, src_pitch, std::min(slot_bytes_, width - at), 1, s);
             return;
         }
         const size_t rows_per_slot = slot_bytes_ / width;
-        for (size_t r0 = 0; r0 < rows; r0 += rows_per_slot) {
-            size_t n = std::min(rows_per_slot, rows - r0);
-            Slot& slot = take_slot();
-            gather_rows(slot.host, h + r0 * src_pitch, src_pitch, width, n);
-            CUDA_CHECK(cudaMemcpy2DAsync(d + r0 * dst_pitch, dst_pitch, slot.host, width, width, n, cudaMemcpyHostToDevice, s));
-            CUDA_CHECK(cudaEventRecord(slot.done, s));
-        }
+        for (size_t r0 = 0; r0 < rows; r0 += rows_per_slot)
+            send(d + r0 * dst_pitch, dst_pitch, h + r0 * src_pitch, src_pitch, width, std::min(rows_per_slot, rows - r0), s);
     }
 
     // Waits for the copies in flight and frees the pinned buffers; copies go the driver's way until the next begin().
@@ -88,15 +85,13 @@ private:
         cudaEvent_t done = nullptr;
     };
 
-    // A contiguous range: in buffer-sized pieces.
-    void copy_range(uint8_t* dst, const uint8_t* src, size_t n, cudaStream_t s) {
-        for (size_t at = 0; at < n; at += slot_bytes_) {
-            size_t len = std::min(slot_bytes_, n - at);
-            Slot& slot = take_slot();
-            gather_rows(slot.host, src + at, len, len, 1);
-            CUDA_CHECK(cudaMemcpyAsync(dst + at, slot.host, len, cudaMemcpyHostToDevice, s));
-            CUDA_CHECK(cudaEventRecord(slot.done, s));
-        }
+    // One piece that fits a buffer (width x rows <= slot_bytes_): gathered into the next buffer, then copied out
+    // of it with the destination's pitch.
+    void send(uint8_t* dst, size_t dst_pitch, const uint8_t* src, size_t src_pitch, size_t width, size_t rows, cudaStream_t s) {
+        Slot& slot = take_slot();
+        gather_rows(slot.host, src, src_pitch, width, rows);
+        CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, slot.host, width, width, rows, cudaMemcpyHostToDevice, s));
+        CUDA_CHECK(cudaEventRecord(slot.done, s));
     }
 
     // The pinned buffers, made on first use. Where the system will not pin that much memory, every copy goes the
@@ -107,8 +102,7 @@ private:
             Slot slot;
             if (cudaHostAlloc(&slot.host, slot_bytes_, cudaHostAllocDefault) != cudaSuccess) {
                 cudaGetLastError();  // clear it: nothing failed that a pageable copy cannot do
-                release();
-                pinned_ = false;
+                release();  // also turns pinned_ off
                 return false;
             }
             CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));  // not recorded yet: complete

@@ -182,7 +182,7 @@ stage_loadtime() {  # PRESET: load time per --dtype, warm and cold page cache, a
   [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$1" --out "$m" --shard 4GB > /dev/null
   echo "1 2 3 4" > "$ids"
   load() { echo "--- $1 --dtype $2"; "$B"/qwen3 -m "$1" --ids "$ids" -n 1 --temp 0 --dtype "$2" 2>&1 | grep -E "load time|error"; }
-  cold() { sync && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; }
+  cold() { sync && { echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null; }
   {
     du -sh "$m"; cat "$m"/*.safetensors > /dev/null
     for d in bf16 fp8 int4 bf16 fp8 int4; do load "$m" $d; done
