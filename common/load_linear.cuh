@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "gpu_memory.cuh"
+#include "host_upload.cuh"
 #include "quant.cuh"
 #include "safetensors.h"
 
