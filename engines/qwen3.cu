@@ -12,23 +12,24 @@
 #include <functional>
 #include <random>
 
-#include "attention.cuh"
-#include "chat.h"
-#include "cli.h"
-#include "config.h"
-#include "embed.cuh"
-#include "flash_decode.cuh"
-#include "kv_cache.cuh"
-#include "linear.cuh"
-#include "load_linear.cuh"
-#include "pdl.cuh"
-#include "prompt.h"
-#include "rope.cuh"
-#include "safetensors.h"
-#include "sampling.cuh"
-#include "taps.cuh"
-#include "timing.cuh"
-#include "tokenizer.h"
+#include "ops/attention.cuh"
+#include "tokenizer/chat.h"
+#include "host/cli.h"
+#include "host/config.h"
+#include "ops/embed.cuh"
+#include "ops/flash_decode.cuh"
+#include "ops/kv_cache.cuh"
+#include "ops/linear.cuh"
+#include "load/load_linear.cuh"
+#include "gpu/pdl.cuh"
+#include "host/prompt.h"
+#include "ops/qk_prep.cuh"
+#include "ops/rope.cuh"
+#include "host/safetensors.h"
+#include "ops/sampling.cuh"
+#include "runtime/taps.cuh"
+#include "gpu/timing.cuh"
+#include "tokenizer/tokenizer.h"
 
 using namespace monocu;
 
@@ -99,12 +100,6 @@ struct Weights {
     size_t decode_bytes = 0;   // bytes one decode step reads
     double matmul_params = 0;  // weights of the layer projections (a prefill token multiplies with each once)
 };
-
-static bf16* load_vector(const Checkpoint& ck, const std::string& name, int n, GpuMemory& mem, cudaStream_t s) {
-    bf16* d = mem.alloc<bf16>(n, "weights");
-    upload_bf16(ck.get(name, {n}), d, n, s);
-    return d;
-}
 
 // The weight format on the GPU: what --dtype asks for, or what a quantized checkpoint holds.
 static WFormat weight_format(const Options& o, const Checkpoint& ck) {

@@ -4,11 +4,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
-#include "bf16.h"
-#include "gpu_memory.cuh"
+#include "host/bf16.h"
+#include "gpu/memory.cuh"
 
 namespace monocu_test {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "chat.h"
+#include "tokenizer/chat.h"
 #include "tok_test_util.h"
 
 using namespace monocu;

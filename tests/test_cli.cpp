@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "cli.h"
+#include "host/cli.h"
 
 using namespace monocu;
 
@@ -88,7 +88,7 @@ TEST_CASE("bad flags and values are one-line usage errors naming the flag") {
     CHECK_FALSE(parse({"-m", "d", "-p", "x", "--dump-dir", "o"}).dump_inputs);
 }
 
-#include "prompt.h"
+#include "host/prompt.h"
 
 TEST_CASE("token-id prompts: three spellings, and every bad entry named") {
     CHECK(parse_ids("1 2 3", "f", 10) == std::vector<int>{1, 2, 3});

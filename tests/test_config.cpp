@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "config.h"
+#include "host/config.h"
 #include "test_util.h"
 
 using namespace monocu;

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "errors.h"
+#include "host/errors.h"
 
 using namespace monocu;
 

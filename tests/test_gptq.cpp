@@ -6,9 +6,9 @@
 #include <random>
 #include <vector>
 
-#include "errors.h"
-#include "gptq.h"
-#include "npy.h"
+#include "host/errors.h"
+#include "host/gptq.h"
+#include "host/npy.h"
 #include "test_util.h"
 
 using namespace monocu;

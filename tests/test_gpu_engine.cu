@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "npy.h"
+#include "host/npy.h"
 #include "test_util.h"
 
 #ifndef MONOCU_BUILD_DIR

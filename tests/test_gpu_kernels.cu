@@ -7,18 +7,19 @@
 #include <map>
 #include <memory>
 
-#include "attention.cuh"
-#include "kv_cache.cuh"
-#include "quant.h"
-#include "embed.cuh"
-#include "flash_decode.cuh"
-#include "gemm.cuh"
-#include "gemv.cuh"
+#include "ops/attention.cuh"
+#include "ops/kv_cache.cuh"
+#include "host/quant.h"
+#include "ops/embed.cuh"
+#include "ops/flash_decode.cuh"
+#include "ops/gemm.cuh"
+#include "ops/gemv.cuh"
 #include "gpu_util.cuh"
-#include "rmsnorm.cuh"
-#include "rope.cuh"
-#include "sampling.cuh"
-#include "swiglu.cuh"
+#include "ops/rmsnorm.cuh"
+#include "ops/qk_prep.cuh"
+#include "ops/rope.cuh"
+#include "ops/sampling.cuh"
+#include "ops/swiglu.cuh"
 
 using namespace monocu;
 using namespace monocu_test;
@@ -95,8 +96,8 @@ TEST_CASE("rope table: fp32 angles as transformers computes them, cos/sin accura
             double a = pos * inv;
             // fp32 inv_freq and product: allow their rounding (relative 1e-6 of the angle).
             double tol = 4e-7 * std::fabs(a) + 1e-6;
-            CHECK(std::fabs(t[(size_t)pos * 64 + i].x - std::cos(a)) < tol);
-            CHECK(std::fabs(t[(size_t)pos * 64 + i].y - std::sin(a)) < tol);
+            CHECK(std::fabs(t[(size_t)pos * 64 + i].cos - std::cos(a)) < tol);
+            CHECK(std::fabs(t[(size_t)pos * 64 + i].sin - std::sin(a)) < tol);
         }
     rc.type = "yarn";
     CHECK_THROWS_WITH_AS(rope_inv_freq(rc, 128), doctest::Contains("rope_type 'yarn' is not supported"), UserError);
@@ -114,7 +115,7 @@ static float cache_value(const std::vector<uint8_t>& raw, const std::vector<floa
 
 // One head of x normalised over head_dim with weight w (Qwen3's q_norm / k_norm), then rotate-half RoPE at
 // the (cos, sin) row of position pos: the CPU reference of qk_norm_rope_cache and of the fused decode.
-static std::vector<double> head_norm_rope_ref(const float* x, const std::vector<float>& w, const std::vector<float2>& cs, int pos,
+static std::vector<double> head_norm_rope_ref(const float* x, const std::vector<float>& w, const std::vector<RopeCosSin>& cs, int pos,
                                               int hd, double eps) {
     double ss = 0;
     for (int i = 0; i < hd; i++) ss += (double)x[i] * x[i];
@@ -124,7 +125,7 @@ static std::vector<double> head_norm_rope_ref(const float* x, const std::vector<
     for (int i = 0; i < hd; i++) {
         int j = i < half ? i : i - half;
         double a = x[j] * inv * w[j], b = x[j + half] * inv * w[j + half];
-        double c = cs[(size_t)pos * half + j].x, sn = cs[(size_t)pos * half + j].y;
+        double c = cs[(size_t)pos * half + j].cos, sn = cs[(size_t)pos * half + j].sin;
         out[i] = i < half ? a * c - b * sn : b * c + a * sn;
     }
     return out;

@@ -2,10 +2,10 @@
 // and the FP8 / INT4 GEMV kernels against a CPU dot product over the dequantized weights.
 #include <doctest/doctest.h>
 
-#include "gemv.cuh"
+#include "ops/gemv.cuh"
 #include "gpu_util.cuh"
-#include "linear.cuh"
-#include "quant.cuh"
+#include "ops/linear.cuh"
+#include "ops/quant.cuh"
 
 using namespace monocu;
 using namespace monocu_test;

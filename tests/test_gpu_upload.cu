@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "gpu_util.cuh"
-#include "host_upload.cuh"
+#include "load/host_upload.cuh"
 
 using namespace monocu;
 using namespace monocu_test;

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "npy.h"
+#include "host/npy.h"
 #include "test_util.h"
 
 using namespace monocu;

@@ -3,7 +3,7 @@
 #include <random>
 #include <vector>
 
-#include "quant.h"
+#include "host/quant.h"
 
 using namespace monocu;
 

@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "hostile_safetensors.h"
-#include "safetensors.h"
+#include "host/safetensors.h"
 #include "test_util.h"
 
 using namespace monocu;

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "tok_test_util.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace monocu;
 using nlohmann::json;

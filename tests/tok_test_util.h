@@ -7,8 +7,8 @@
 #include <sstream>
 #include <string>
 
-#include "errors.h"
-#include "tokenizer.h"
+#include "host/errors.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tok_test {
 

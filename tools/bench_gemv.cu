@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "gemm.cuh"
-#include "gemv.cuh"
-#include "timing.cuh"
+#include "ops/gemm.cuh"
+#include "ops/gemv.cuh"
+#include "gpu/timing.cuh"
 
 using namespace monocu;
 

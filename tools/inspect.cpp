@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <map>
 
-#include "config.h"
-#include "errors.h"
-#include "safetensors.h"
+#include "host/config.h"
+#include "host/errors.h"
+#include "host/safetensors.h"
 
 using namespace monocu;
 

@@ -26,14 +26,14 @@
 #include <mutex>
 #include <thread>
 
-#include "bf16.h"
-#include "config.h"
-#include "errors.h"
-#include "gptq.h"
-#include "npy.h"
-#include "quant.h"
-#include "safetensors.h"
-#include "safetensors_writer.h"
+#include "host/bf16.h"
+#include "host/config.h"
+#include "host/errors.h"
+#include "host/gptq.h"
+#include "host/npy.h"
+#include "host/quant.h"
+#include "host/safetensors.h"
+#include "host/safetensors_writer.h"
 
 using namespace monocu;
 

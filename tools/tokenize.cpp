@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "chat.h"
-#include "errors.h"
-#include "tokenizer.h"
+#include "tokenizer/chat.h"
+#include "host/errors.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace monocu;
 

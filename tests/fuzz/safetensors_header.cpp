@@ -2,7 +2,7 @@
 // never crash, read out of bounds or hit undefined behaviour. Built and run by `make fuzz`.
 #include <cstdint>
 
-#include "safetensors.h"
+#include "host/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {

@@ -1,0 +1,186 @@
+// load/load_linear.cuh — a checkpoint's projection weights onto the GPU as one Linear, in the format asked for.
+//
+// Usage:
+//   Linear qkv = load_linear(ck, {{pre + "q_proj", pre + "k_proj", pre + "v_proj"}, {q_dim, kv_dim, kv_dim}},
+//                            dim, WFormat::FP8, mem, stream);                       // stacked by rows
+//   Linear gate_up = load_linear(ck, {{pre + "gate_proj", pre + "up_proj"}, {ffn, ffn}, true}, dim, fmt, mem, s);
+//                                                                              // interleaved: 2i gate, 2i+1 up
+//   WFormat f = checkpoint_weight_format(ck, "model.layers.0.self_attn.q_proj");  // what the file holds
+//
+// What a checkpoint may hold for a projection P (names as transformers writes them):
+//   P.weight BF16 / F16 / F32 [N][K]                 plain weights: uploaded, or quantized on the GPU
+//   P.weight F8_E4M3 + P.weight_scale_inv [N/128][K/128]   Qwen's / DeepSeek's FP8 releases (128x128 blocks,
+//                                                          w = q * scale_inv)
+//   P.weight F8_E4M3 + P.weight_scale F32 [N][K/kb]  tools/quantize --dtype fp8 (kb = 128 inputs, or K)
+//   P.qweight U8 [N][K/2] + P.scales BF16 [N][K/128] tools/quantize --dtype int4 (quant.h's layout)
+// Quantizing on load goes through bf16 first (the weight rounded to bf16, as tools/quantize does), so both
+// paths give the same bits. Block scales are expanded to one row of scales per output row, which keeps
+// stacking and interleaving of the parts a plain row permutation.
+#pragma once
+
+#include <vector>
+
+#include "gpu/memory.cuh"
+#include "load/host_upload.cuh"
+#include "load/upload.cuh"
+#include "ops/quant.cuh"
+#include "host/safetensors.h"
+
+namespace monocu {
+
+struct LinearParts {
+    std::vector<std::string> names;  // tensor prefixes, e.g. "model.layers.0.mlp.gate_proj"
+    std::vector<int> rows;           // out_features of each part
+    bool interleave = false;         // false: stacked by rows; true: row r of part p goes to row r * parts + p
+};
+
+// Destination of part p's rows: first row and stride between consecutive rows.
+inline void part_rows(const LinearParts& lp, size_t p, int* row0, int* stride) {
+    if (lp.interleave) {
+        *row0 = (int)p, *stride = (int)lp.names.size();
+    } else {
+        *row0 = 0;
+        for (size_t i = 0; i < p; i++) *row0 += lp.rows[i];
+        *stride = 1;
+    }
+}
+
+// Copies rows of row_bytes each from the host into dst, row r landing at row0 + r * stride.
+inline void upload_rows(const void* src, size_t row_bytes, int rows, void* dst, int row0, int stride, cudaStream_t s) {
+    upload_2d(static_cast<uint8_t*>(dst) + (size_t)row0 * row_bytes, row_bytes * stride, src, row_bytes, row_bytes, rows, s);
+}
+
+inline WFormat checkpoint_weight_format(const Checkpoint& ck, const std::string& name) {
+    if (ck.find(name + ".qweight")) return WFormat::INT4;
+    const TensorView* w = ck.find(name + ".weight");
+    return w && w->dtype == DType::F8_E4M3 ? WFormat::FP8 : WFormat::BF16;
+}
+
+namespace load_detail {
+
+inline void check_parts(const LinearParts& lp) {
+    if (lp.names.empty() || lp.names.size() != lp.rows.size()) die("load_linear: parts and row counts disagree");
+    if (lp.interleave)
+        for (int r : lp.rows)
+            if (r != lp.rows[0]) die("load_linear: interleaved parts need equal row counts");
+}
+
+// Plain float weights, rounded to bf16, at their destination rows of a bf16 [N][K] buffer.
+inline void upload_float_parts(const Checkpoint& ck, const LinearParts& lp, int K, bf16* dst, cudaStream_t s) {
+    for (size_t p = 0; p < lp.names.size(); p++) {
+        int row0, stride;
+        part_rows(lp, p, &row0, &stride);
+        upload_bf16(ck.get(lp.names[p] + ".weight", {lp.rows[p], K}), dst + (size_t)row0 * K, (size_t)stride * K, s);
+    }
+}
+
+// FP8 weights (either scale flavour) into L.w, and one row of float scales [N][K / kblock] per output row.
+inline void upload_fp8_parts(const Checkpoint& ck, const LinearParts& lp, int K, Linear& L, bool qwen_blocks, cudaStream_t s) {
+    int n_kb = K / L.kblock;
+    std::vector<float> scales((size_t)L.N * n_kb);
+    for (size_t p = 0; p < lp.names.size(); p++) {
+        int row0, stride, n = lp.rows[p];
+        part_rows(lp, p, &row0, &stride);
+        const std::string& nm = lp.names[p];
+        upload_rows(ck.get(nm + ".weight", DType::F8_E4M3, {n, K}).data, (size_t)K, n, L.w, row0, stride, s);
+        if (qwen_blocks) {
+            int nb = (n + 127) / 128;
+            const TensorView& t = ck.get(nm + ".weight_scale_inv", {nb, n_kb});
+            for (int r = 0; r < n; r++)
+                for (int kb = 0; kb < n_kb; kb++) {
+                    size_t i = (size_t)(r / 128) * n_kb + kb;
+                    float v;
+                    if (t.dtype == DType::F32) std::memcpy(&v, t.data + 4 * i, 4);
+                    else if (t.dtype == DType::BF16) v = bf16_bits_to_float(reinterpret_cast<const uint16_t*>(t.data)[i]);
+                    else die("%s: tensor '%s.weight_scale_inv' has dtype %s, expected F32 or BF16", t.file.c_str(), nm.c_str(), dtype_name(t.dtype));
+                    scales[(size_t)(row0 + r * stride) * n_kb + kb] = v;
+                }
+        } else {
+            const TensorView& t = ck.get(nm + ".weight_scale", DType::F32, {n, n_kb});
+            for (int r = 0; r < n; r++) std::memcpy(&scales[(size_t)(row0 + r * stride) * n_kb], t.data + 4 * (size_t)r * n_kb, 4 * n_kb);
+        }
+    }
+    CUDA_CHECK(cudaMemcpyAsync(L.scale, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));  // scales lives on this stack frame
+}
+
+inline void upload_int4_parts(const Checkpoint& ck, const LinearParts& lp, int K, Linear& L, cudaStream_t s) {
+    for (size_t p = 0; p < lp.names.size(); p++) {
+        int row0, stride, n = lp.rows[p];
+        part_rows(lp, p, &row0, &stride);
+        upload_rows(ck.get(lp.names[p] + ".qweight", DType::U8, {n, K / 2}).data, (size_t)K / 2, n, L.w, row0, stride, s);
+        upload_rows(ck.get(lp.names[p] + ".scales", DType::BF16, {n, K / kInt4Group}).data, (size_t)K / kInt4Group * 2, n, L.scale,
+                    row0, stride, s);
+    }
+}
+
+inline void alloc_linear(Linear& L, WFormat fmt, int kblock, GpuMemory& mem) {
+    size_t n = (size_t)L.N * L.K;
+    L.fmt = fmt;
+    if (fmt == WFormat::BF16) {
+        L.w = mem.alloc<bf16>(n, "weights");
+    } else if (fmt == WFormat::FP8) {
+        L.kblock = kblock;
+        L.w = mem.alloc<uint8_t>(n, "weights");
+        L.scale = mem.alloc<float>((size_t)L.N * (L.K / kblock), "weights");
+    } else {
+        if (L.K % kInt4Group != 0) die("int4 needs in_features divisible by %d; this model has a projection with %d", kInt4Group, L.K);
+        L.w = mem.alloc<uint8_t>(n / 2, "weights");
+        L.scale = mem.alloc<bf16>(n / kInt4Group, "weights");
+    }
+}
+
+}  // namespace load_detail
+
+inline Linear load_linear(const Checkpoint& ck, const LinearParts& lp, int K, WFormat target, GpuMemory& mem, cudaStream_t s) {
+    using namespace load_detail;
+    check_parts(lp);
+    Linear L;
+    L.K = K;
+    for (int r : lp.rows) L.N += r;
+    const std::string& first = lp.names[0];
+    WFormat src = checkpoint_weight_format(ck, first);
+    bool qwen_blocks = src == WFormat::FP8 && ck.find(first + ".weight_scale_inv");
+
+    if (src == WFormat::BF16) {
+        if (target == WFormat::BF16) {
+            alloc_linear(L, WFormat::BF16, 0, mem);
+            upload_float_parts(ck, lp, K, static_cast<bf16*>(L.w), s);
+            return L;
+        }
+        bf16* tmp = nullptr;  // bf16 staging, then quantize on the GPU
+        CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&tmp), (size_t)L.N * K * 2, s));
+        upload_float_parts(ck, lp, K, tmp, s);
+        alloc_linear(L, target, fp8_kblock(K), mem);
+        if (target == WFormat::FP8) quantize_fp8(tmp, (uint8_t*)L.w, (float*)L.scale, L.N, K, s);
+        else quantize_int4_g128(tmp, (uint8_t*)L.w, (bf16*)L.scale, L.N, K, s);
+        CUDA_CHECK(cudaFreeAsync(tmp, s));
+        return L;
+    }
+    if (src == WFormat::INT4) {
+        if (target != WFormat::INT4) die("%s: the checkpoint holds int4 weights; run it with --dtype int4", first.c_str());
+        alloc_linear(L, WFormat::INT4, 0, mem);
+        upload_int4_parts(ck, lp, K, L, s);
+        return L;
+    }
+    // FP8 in the file.
+    if (target == WFormat::INT4) die("%s: the checkpoint holds fp8 weights; re-quantizing them to int4 is not supported", first.c_str());
+    int kblock = qwen_blocks ? 128 : fp8_kblock(K);
+    if (qwen_blocks && K % 128 != 0) die("%s: fp8 block scales need in_features divisible by 128, got %d", first.c_str(), K);
+    if (target == WFormat::FP8) {
+        alloc_linear(L, WFormat::FP8, kblock, mem);
+        upload_fp8_parts(ck, lp, K, L, qwen_blocks, s);
+        return L;
+    }
+    // --dtype bf16 on an FP8 checkpoint: dequantize once at load.
+    GpuMemory tmp_mem;
+    Linear q = L;
+    alloc_linear(q, WFormat::FP8, kblock, tmp_mem);
+    upload_fp8_parts(ck, lp, K, q, qwen_blocks, s);
+    alloc_linear(L, WFormat::BF16, 0, mem);
+    dequant_to_bf16(q, static_cast<bf16*>(L.w), s);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    return L;
+}
+
+}  // namespace monocu
