@@ -25,6 +25,13 @@
 #                 adds runs with those flags (comma-separated sets, '+' between flags of one set)
 #   loadtime PRESET   the engine's load time on that random-weight checkpoint for each --dtype (files in the page
 #                 cache, then dropped from it where the user may), and tools/quantize's outputs loaded likewise
+#   tinyl         make the llama family's tiny test models (tests/data/models/tiny-{llama*,mistral,qwen2,smollm3}), pack them
+#   fidl PRESET LAYERS INIT_STD EMBED_STD
+#                 as fid, for any model_type (engine by config), at a real shape cut to LAYERS layers
+#   ab PRESET     batch-1 decode before / after: .carry/base/qwen3 (the engine before the runner) and the new
+#                 build alternating, bf16 / fp8 / int4, --bench at 512 (AB_ROUNDS rounds, default 2)
+#   calm PRESET   engines/llama.cu --bench (bf16 / fp8 / int4, 512 and 16k) beside calm (.carry/calm: fp16 / fp8 /
+#                 gf4 from the same folder, converted by its convert.py), back to back on this card
 #   demo          the README's demo command, and the engine on bad input
 #   pack          tar what should come back into $OUT (split into <= 15 MB parts)
 set -u
@@ -198,6 +205,73 @@ stage_loadtime() {  # PRESET: load time per --dtype, warm and cold page cache, a
 
 stage_gemvbench() { "$B"/tools/bench_gemv 2>&1 | tee "$R/bench_gemv.txt"; }
 
+engine_for() {  # MODEL_DIR -> the engine binary for its model_type
+  case $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['model_type'])" "$1/config.json") in
+    qwen3) echo "$B/qwen3" ;;
+    *) echo "$B/llama" ;;
+  esac
+}
+
+stage_tinyl() {
+  local names="tiny-llama3 tiny-llama-bias tiny-llama-dynamic tiny-mistral tiny-qwen2 tiny-smollm3"
+  python3 oracle/make_test_models.py tests/data/models $names > "$R"/tinyl.log 2>&1 || { tail -30 "$R"/tinyl.log; return; }
+  cat "$R"/tinyl.log
+  (cd tests/data/models && tar czf "$OUT"/tiny_llama_models.tgz $names)
+}
+
+stage_fidl() {  # PRESET LAYERS INIT_STD EMBED_STD
+  local p=$1 m=$W/$1-l$2 seed tag e vocab
+  [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$p" --layers "$2" --out "$m" --shard 2GB --init-std "$3" --embed-std "$4" > /dev/null
+  e=$(engine_for "$m")
+  vocab=$(python3 -c "import json; print(json.load(open('$m/config.json'))['vocab_size'])")
+  for seed in ${FID_SEEDS:-7}; do
+    tag=$p-l$2-s$seed
+    random_ids 512 "$vocab" "$seed" > "$W/$p.ids"
+    python3 oracle/dump.py --model "$m" --ids "$W/$p.ids" --out "$W/$p.ref32" --dtype float32 --greedy 16
+    python3 oracle/dump.py --model "$m" --ids "$W/$p.ids" --out "$W/$p.ref16" --dtype bfloat16
+    "$e" -m "$m" --ids "$W/$p.ids" --dump-dir "$W/$p.ours" -n 16 --temp 0 -q > /dev/null
+    python3 oracle/compare.py --ours "$W/$p.ours" --ref "$W/$p.ref32" --ref-bf16 "$W/$p.ref16" \
+      --plot "$R/fid_$tag.png" --title "$p, $2 layers (random, init std $3, embeddings $4, prompt seed $seed) vs transformers fp32" | tee "$R/fid_$tag.txt"
+    rm -rf "$W/$p.ref32" "$W/$p.ref16" "$W/$p.ours"
+  done
+  rm -rf "$m"
+}
+
+stage_ab() {  # PRESET: the new qwen3 engine against .carry/base/qwen3, alternating, same card
+  local m=$W/speed-$1 r d
+  [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$1" --out "$m" --shard 4GB > /dev/null
+  for r in $(seq "${AB_ROUNDS:-2}"); do
+    for d in bf16 fp8 int4; do
+      for e in .carry/base/qwen3 "$B"/qwen3; do
+        echo "--- round $r $d $e"; "$e" -m "$m" --bench --n-prompt 512 -n 128 --dtype $d 2>&1 | grep -E "^bench: decode |error|fatal"
+      done
+    done
+  done 2>&1 | tee -a "$R/ab.txt"
+  rm -rf "$m"
+}
+
+stage_calm() {  # PRESET (a llama model_type): ours, then calm's three formats, on the same random weights
+  local m=$W/speed-$1 c=$W/calm d
+  [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$1" --out "$m" --shard 4GB --tokenizer .carry/tok-llama3 > /dev/null
+  mkdir -p "$c"
+  {
+    for d in bf16 fp8 int4; do
+      echo "--- ours $d"; "$B"/llama -m "$m" --bench --n-prompt 512,16384 -n 128 --dtype $d 2>&1 | grep -E "^bench: (ceil|prefill|decode )|error|fatal"
+      echo "--- ours $d, fp8 kv"; "$B"/llama -m "$m" --bench --n-prompt 16384 -n 128 --dtype $d --kv-type fp8 2>&1 | grep -E "^bench: decode |error|fatal"
+    done
+    export LD_LIBRARY_PATH=$PWD/.carry/calm/lib:${LD_LIBRARY_PATH:-}
+    for d in fp16 fp8 gf4; do
+      echo "--- calm $d: convert"; /usr/bin/time -f "%e s" python3 .carry/calm/convert.py "$c/m-$d.calm" "$m" --dtype $d 2>&1 | tail -2
+      for i in 1 2; do  # decode at context 512 .. 640 (calm's own way to start deep in the context), then at 16k
+        echo "--- calm $d at 512, run $i"; CALM_POSO=512 .carry/calm/run "$c/m-$d.calm" -n 128 -t 0 -c 4096 2>&1 | grep -E "^#|rror"
+      done
+      echo "--- calm $d at 16k (its cache is fp8 past a 4096 context)"; CALM_POSO=16384 .carry/calm/run "$c/m-$d.calm" -n 128 -t 0 -c 16640 2>&1 | grep -E "^#|rror"
+      rm -f "$c/m-$d.calm"
+    done
+  } 2>&1 | tee -a "$R/calm.txt"
+  rm -rf "$m" "$c"
+}
+
 stage_pack() {
   tar czf "$OUT/results.tgz" -C "$W" results
   ls -la "$OUT"
@@ -207,7 +281,8 @@ while [ $# -gt 0 ]; do
   s=$1; shift
   case $s in
     fid|probe) log "$s $1 $2 $3"; "stage_$s" "$1" "$2" "$3"; shift 3 ;;
-    bench|speed|loadtime) log "$s $1"; "stage_$s" "$1"; shift ;;
+    fidl) log "$s $1 $2 $3 $4"; "stage_$s" "$1" "$2" "$3" "$4"; shift 4 ;;
+    bench|speed|loadtime|ab|calm) log "$s $1"; "stage_$s" "$1"; shift ;;
     *) log "$s"; "stage_$s" ;;
   esac
 done

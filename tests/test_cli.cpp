@@ -42,9 +42,9 @@ TEST_CASE("llama.cpp flag names, short and long") {
     CHECK(o.dump_dir == "out");
     CHECK(o.trace_file == "t.csv");
     CHECK(o.verbose);
-    Options l = parse({"--model", "d", "--file", "f.txt", "--n-predict", "-1", "--ctx-size", "8", "--seed", "0",
+    Options l = parse({"--model", "d", "--n-predict", "-1", "--ctx-size", "8", "--seed", "0",
                        "--bench", "--n-prompt", "64", "--no-cuda-graphs", "--no-pdl", "--kv-prefill-cache", "-q"});
-    CHECK(l.prompt_file == "f.txt");
+    CHECK(parse({"--model", "d", "--file", "f.txt"}).prompt_file == "f.txt");
     CHECK(l.n_predict == -1);
     CHECK(l.bench);
     CHECK(l.n_prompt == std::vector<int>{64});
@@ -79,13 +79,36 @@ TEST_CASE("bad flags and values are one-line usage errors naming the flag") {
     CHECK(usage_error({"-m", "d", "-p", "x", "--dtype", "fp4"}) == "--dtype: 'fp4' is not one of bf16, fp8, int4");
     CHECK(usage_error({"-m", "d", "-p", "x", "--kv-type", "int8"}) == "--kv-type: 'int8' is not one of bf16, fp8");
     CHECK(usage_error({"-p", "x"}) == "-m MODEL_DIR is required");
-    CHECK(usage_error({"-m", "d"}) == "give a prompt with -p, -f or --ids (or --bench)");
+    CHECK(usage_error({"-m", "d"}) == "give a prompt with -p, -f or --ids (or -cnv, -i FILE, --bench)");
     CHECK(usage_error({"-m", "d", "-p", "x", "-f", "y"}) == "give only one of -p, -f and --ids");
     CHECK(usage_error({"-m", "d", "-p", "x", "-q", "-v"}) == "-q and -v contradict each other");
     CHECK(usage_error({"-m", "d", "-p", "x", "--timeline", "tl"}) == "--timeline needs --bench");
     CHECK(usage_error({"-m", "d", "-p", "x", "--dump-inputs"}) == "--dump-inputs needs --dump-dir");
     CHECK(parse({"-m", "d", "-p", "x", "--dump-dir", "o", "--dump-inputs"}).dump_inputs);
     CHECK_FALSE(parse({"-m", "d", "-p", "x", "--dump-dir", "o"}).dump_inputs);
+}
+
+TEST_CASE("chat, batch files and the prefill pass size: llama.cpp's spellings and what does not go together") {
+    CHECK(parse({"-m", "d", "-cnv"}).chat);
+    CHECK(parse({"-m", "d", "--conversation", "--system", "be brief"}).chat);
+    CHECK(parse({"-m", "d", "--chat", "-p", "first message"}).chat);
+    Options b = parse({"-m", "d", "-i", "in.txt", "-o", "out.jsonl", "-n", "16"});
+    CHECK(b.in_file == "in.txt");
+    CHECK(b.out_file == "out.jsonl");
+    CHECK(parse({"-m", "d", "-p", "x", "-ub", "1"}).ubatch == 1);
+    CHECK(parse({"-m", "d", "-p", "x", "--ubatch-size", "512"}).ubatch == 512);
+    CHECK(parse({"-m", "d", "-p", "x"}).ubatch == 2048);
+    CHECK(usage_error({"-m", "d", "-p", "x", "-ub", "0"}) == "-ub: 0 is out of range [1, 2048]");
+    CHECK(usage_error({"-m", "d", "-p", "x", "-ub", "4096"}) == "-ub: 4096 is out of range [1, 2048]");
+    CHECK(usage_error({"-m", "d", "-cnv", "--bench"}) == "give only one of -cnv, -i and --bench");
+    CHECK(usage_error({"-m", "d", "-i", "a", "-o", "b", "-cnv"}) == "give only one of -cnv, -i and --bench");
+    CHECK(usage_error({"-m", "d", "-i", "a"}) == "-i needs -o FILE for the results");
+    CHECK(usage_error({"-m", "d", "-p", "x", "-o", "b"}) == "-o goes with -i");
+    CHECK(usage_error({"-m", "d", "-i", "a", "-o", "b", "-p", "x"}) == "-p, -f and --ids do not go with -i or --bench");
+    CHECK(usage_error({"-m", "d", "-cnv", "-f", "x"}) == "-cnv takes a first message with -p only");
+    CHECK(usage_error({"-m", "d", "-cnv", "--raw"}) == "-cnv needs the chat template (not --raw)");
+    CHECK(usage_error({"-m", "d", "-cnv", "--dump-dir", "o"}) == "--dump-dir does not go with -cnv");
+    CHECK(usage_error({"-m", "d", "-i", "a", "-o", "b", "--dump-dir", "o"}) == "--dump-dir does not go with -i");
 }
 
 #include "host/prompt.h"

@@ -1,11 +1,14 @@
 // The engines against transformers on the tiny committed models (tests/data/models/<name>/): every tap
-// within rel-L2 2e-2 of the float32 dump, and greedy tokens identical up to the first near-tie.
-// Runs the built engine binary as a user would (build/<ARCH>/qwen3 --ids ... --dump-dir ...).
+// within rel-L2 2e-2 of the float32 dump, greedy tokens identical up to the first near-tie, and the prompt run
+// as decode steps (-ub 1) giving the prefill's logits. Runs the built engine binary as a user would
+// (build/<ARCH>/qwen3 --ids ... --dump-dir ...), the one for the model's model_type.
 #include <dirent.h>
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 
 #include "host/npy.h"
 #include "test_util.h"
@@ -28,6 +31,17 @@ static std::vector<std::string> test_models(const std::string& root) {
     return names;
 }
 
+// The engine binary that runs a checkpoint folder: by config.json's model_type.
+static std::string engine_for(const std::string& dir) {
+    std::ifstream f(dir + "/config.json");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::string cfg = ss.str(), engine = "qwen3";
+    for (const char* t : {"\"llama\"", "\"mistral\"", "\"qwen2\"", "\"smollm3\""})
+        if (cfg.find(std::string("\"model_type\": ") + t) != std::string::npos) engine = "llama";
+    return std::string(MONOCU_BUILD_DIR) + "/" + engine;
+}
+
 static double rel_l2(const NpyArray& a, const NpyArray& b) {
     double num = 0, den = 0;
     for (size_t i = 0; i < b.data.size(); i++) {
@@ -42,17 +56,17 @@ static double rel_l2(const NpyArray& a, const NpyArray& b) {
 // near-tie sometimes; past such a step the two continuations may legitimately differ).
 constexpr float kClearGap = 0.05f;
 
-TEST_CASE("qwen3 engine matches transformers on the tiny test models") {
-    std::string engine = std::string(MONOCU_BUILD_DIR) + "/qwen3", root = "tests/data/models";
-    REQUIRE_MESSAGE(access(engine.c_str(), X_OK) == 0, engine, " not built (run make)");
+TEST_CASE("qwen3 and llama engines match transformers on the tiny test models") {
+    std::string root = "tests/data/models";
     std::vector<std::string> models = test_models(root);
     REQUIRE_MESSAGE(!models.empty(), "no test models with dumps under ", root);
     for (const std::string& name : models) {
         CAPTURE(name);
-        std::string dir = root + "/" + name;
+        std::string dir = root + "/" + name, engine = engine_for(dir);
+        REQUIRE_MESSAGE(access(engine.c_str(), X_OK) == 0, engine, " not built (run make)");
         TempDir out;
         NpyArray ref_ids = npy_read(dir + "/ref/ids.npy"), gaps = npy_read(dir + "/ref/gen_gaps.npy");
-        std::string cmd = engine + " -m " + dir + " --ids " + dir + "/prompt_ids.txt --temp 0 -q -n " +
+        std::string cmd = engine + " -m " + dir + " --ids " + dir + "/prompt_ids.txt --temp 0 -q -c 256 -n " +
                           std::to_string(ref_ids.data.size()) + " --dump-dir " + out.path;
         std::string log;
         REQUIRE_MESSAGE(run_command(cmd, &log) == 0, log);
@@ -74,6 +88,20 @@ TEST_CASE("qwen3 engine matches transformers on the tiny test models") {
         }
         MESSAGE(name, ": ", checked, " greedy tokens compared before the first near-tie");
         CHECK(checked >= 8);
+
+        // The same prompt as 100 decode steps (-ub 1: one token per pass, the decode kernels): every position's
+        // logits as the prefill's, and the same greedy tokens.
+        TempDir steps;
+        REQUIRE_MESSAGE(run_command(cmd + " -ub 1 --dump-dir " + steps.path, &log) == 0, log);
+        for (const char* tap : {"embed", "layer_00", "final_norm", "logits"}) {
+            CAPTURE(tap);
+            NpyArray a = npy_read(steps / (std::string(tap) + ".npy")), p = npy_read(out / (std::string(tap) + ".npy"));
+            REQUIRE(a.shape == p.shape);
+            double e = rel_l2(a, p);
+            CHECK_MESSAGE(e < 2e-2, "decode steps vs prefill rel_l2 ", e);
+        }
+        NpyArray step_ids = npy_read(steps / "ids.npy");
+        for (size_t i = 0; i < checked; i++) CHECK(step_ids.data.at(i) == ids.data[i]);
     }
 }
 
@@ -139,4 +167,50 @@ TEST_CASE("shipped model: --dump-inputs feeds tools/quantize --calib, and GPTQ l
     double e_gptq = rel_l2(run_engine(dir / "gptq", dir / "gptq-out", ""), base);
     MESSAGE("int4 logits vs bf16 on the calibration prompt: round-to-nearest ", e_rtn, ", GPTQ ", e_gptq);
     CHECK(e_gptq < 0.8 * e_rtn);
+}
+
+// -i/-o batch files (runtime/batch_file.cuh) on the shipped model: each line's greedy completion equals the same
+// prompt run alone with -p; a bad line is reported with its number and skipped, the run goes on; JSON lines
+// carry their own max_tokens; empty lines are skipped; the finish reasons are right.
+TEST_CASE("batch files: one JSON result per line, the same text as -p, bad lines reported and skipped") {
+    std::string engine = std::string(MONOCU_BUILD_DIR) + "/qwen3", model = "models/pycoder-13m";
+    REQUIRE_MESSAGE(access(engine.c_str(), X_OK) == 0, engine, " not built (run make)");
+    TempDir dir;
+    {
+        std::ofstream in(dir / "in.txt");
+        in << "def add(a, b):\n"                                        // line 1: text
+           << "{\"prompt\": \"import os\\n\", \"max_tokens\": 5}\n"     // line 2: JSON with its own limit
+           << "\n"                                                      // line 3: skipped
+           << "{\"prompt\": 3}\n"                                       // line 4: bad
+           << "{\"prompt\": \"class A:\"\n";                            // line 5: not JSON
+    }
+    std::string log;
+    REQUIRE_MESSAGE(run_command(engine + " -m " + model + " --raw --temp 0 -n 24 -i " + (dir / "in.txt") + " -o " + (dir / "out.jsonl"), &log) == 0, log);
+    CHECK(log.find("in.txt:4: \"prompt\" must be a string (skipped)") != std::string::npos);
+    CHECK(log.find("in.txt:5: not a valid JSON object (skipped)") != std::string::npos);
+    std::ifstream f(dir / "out.jsonl");
+    std::vector<std::string> lines;
+    for (std::string l; std::getline(f, l);) lines.push_back(l);
+    REQUIRE(lines.size() == 4);
+    CHECK(lines[0].find("\"line\":1,") != std::string::npos);
+    CHECK(lines[0].find("\"completion_tokens\":24") != std::string::npos);
+    CHECK(lines[0].find("\"finish_reason\":\"length\"") != std::string::npos);
+    CHECK(lines[1].find("\"line\":2,") != std::string::npos);
+    CHECK(lines[1].find("\"completion_tokens\":5") != std::string::npos);
+    CHECK(lines[2].find("\"line\":4,\"error\"") != std::string::npos);
+    CHECK(lines[3].find("\"line\":5,\"error\"") != std::string::npos);
+    // Line 1's text is what -p prints for the same prompt (-q: the completion alone, then a newline).
+    std::string alone;
+    REQUIRE(run_command(engine + " -m " + model + " --raw --temp 0 -n 24 -q -p 'def add(a, b):'", &alone) == 0);
+    size_t t = lines[0].find("\"text\":\"");
+    REQUIRE(t != std::string::npos);
+    std::string expected;  // alone's completion as a JSON string (the model writes ASCII Python)
+    for (char ch : alone.substr(0, alone.size() - 1)) {
+        if (ch == '\n') expected += "\\n";
+        else if (ch == '"') expected += "\\\"";
+        else if (ch == '\\') expected += "\\\\";
+        else if (ch == '\t') expected += "\\t";
+        else expected += ch;
+    }
+    CHECK(lines[0].compare(t + 8, expected.size(), expected) == 0);
 }

@@ -15,6 +15,7 @@
 #include "ops/gemm.cuh"
 #include "ops/gemv.cuh"
 #include "gpu_util.cuh"
+#include "ops/linear.cuh"
 #include "ops/rmsnorm.cuh"
 #include "ops/qk_prep.cuh"
 #include "ops/rope.cuh"
@@ -480,24 +481,25 @@ TEST_CASE("gemm (cuBLAS, bf16 in, fp32 out): store and accumulate") {
 // ---- attention ----
 
 // softmax(q k^T / sqrt(d) + causal) v for query rows at positions pos0 + t, keys 0 .. pos0 + t.
+// Causal attention in double; with a sliding window W > 0 the query at position p sees keys p - W + 1 .. p.
 static std::vector<double> attention_ref(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                                         int T, int pos0, int nh, int nkv, int hd, int ctx) {
+                                         int T, int pos0, int nh, int nkv, int hd, int ctx, int window = 0) {
     std::vector<double> out((size_t)T * nh * hd, 0.0);
     int G = nh / nkv;
     for (int t = 0; t < T; t++)
         for (int h = 0; h < nh; h++) {
-            int kvh = h / G, n = pos0 + t + 1;
-            std::vector<double> s(n);
+            int kvh = h / G, n = pos0 + t + 1, first = window > 0 ? std::max(0, n - window) : 0;
+            std::vector<double> s(n, -1e300);
             double mx = -1e300;
-            for (int j = 0; j < n; j++) {
+            for (int j = first; j < n; j++) {
                 double d = 0;
                 for (int i = 0; i < hd; i++) d += (double)q[((size_t)t * nh + h) * hd + i] * k[((size_t)kvh * ctx + j) * hd + i];
                 s[j] = d / std::sqrt((double)hd);
                 mx = std::max(mx, s[j]);
             }
             double z = 0;
-            for (int j = 0; j < n; j++) z += (s[j] = std::exp(s[j] - mx));
-            for (int j = 0; j < n; j++)
+            for (int j = first; j < n; j++) z += (s[j] = std::exp(s[j] - mx));
+            for (int j = first; j < n; j++)
                 for (int i = 0; i < hd; i++) out[((size_t)t * nh + h) * hd + i] += s[j] / z * v[((size_t)kvh * ctx + j) * hd + i];
         }
     return out;
@@ -562,13 +564,19 @@ static TestCache make_test_cache(KvType t, const std::vector<float>& k, const st
     return c;
 }
 
-TEST_CASE("prefill attention (tensor cores, fp16): GQA 1/2/4/8, head_dim 64/128, earlier context, bf16/FP8 cache, fp16 copy") {
+TEST_CASE("prefill attention (tensor cores, fp16): GQA 1/2/4/7/8, head_dim 64/128, earlier context, sliding windows, bf16/FP8 cache, fp16 copy") {
     Rng r(7);
+    struct Chunk { int T, pos0, window; };
     for (KvType kt : {KvType::BF16, KvType::FP8, KvType::F16})
         for (int hd : {64, 128})
-            for (int G : {1, 2, 4, 8})
-                for (auto tp : std::vector<std::pair<int, int>>{{1, 0}, {17, 0}, {64, 0}, {100, 0}, {203, 37}, {5, 130}}) {
-                    int T = tp.first, pos0 = tp.second, nkv = 2, nh = nkv * G, ctx = pos0 + T + 3;
+            for (int G : {1, 2, 4, 7, 8})
+                for (Chunk tp : {Chunk{1, 0, 0}, Chunk{17, 0, 0}, Chunk{64, 0, 0}, Chunk{100, 0, 0}, Chunk{203, 37, 0}, Chunk{5, 130, 0},
+                                 Chunk{100, 0, 33}, Chunk{203, 37, 50}, Chunk{5, 130, 7}, Chunk{130, 0, 64}, Chunk{70, 200, 1}}) {
+                    if (G == 7 && tp.window == 0 && tp.T < 100) continue;  // GQA 7 (Llama-shaped 28/4): the longer chunks
+                    int T = tp.T, pos0 = tp.pos0, nkv = 2, nh = nkv * G, ctx = pos0 + T + 3;
+                    AttnParams ap;
+                    ap.window = tp.window;
+                    CAPTURE(tp.window);
                     CAPTURE((int)kt);
                     CAPTURE(hd);
                     CAPTURE(G);
@@ -580,8 +588,9 @@ TEST_CASE("prefill attention (tensor cores, fp16): GQA 1/2/4/8, head_dim 64/128,
                     DeviceVec<__half> d_q(to_half(q));
                     DeviceVec<bf16> d_out((size_t)T * nh * hd);
                     DeviceVec<int> d_pos(std::vector<int>{pos0});
-                    prefill_attention(d_q.p, kt, cache.layer(), d_pos.p, d_out.p, T, nh, nkv, hd, ctx, 0);
-                    auto ref = attention_ref(q, cache.kref, cache.vref, T, pos0, nh, nkv, hd, ctx);
+                    d_out.poison();
+                    prefill_attention(d_q.p, kt, cache.layer(), d_pos.p, d_out.p, T, nh, nkv, hd, ctx, ap, 0);
+                    auto ref = attention_ref(q, cache.kref, cache.vref, T, pos0, nh, nkv, hd, ctx, tp.window);
                     // bf16 output (~1.1e-3 of rounding alone). Over the fp16 copy the MMA inputs are fp16 and add
                     // little; an FP8 cache's tiles are scaled into fp16, one more rounding; over a bf16 cache q
                     // and P go to bf16.
@@ -598,7 +607,7 @@ static FlashDecode with_splits(const FlashDecode& planned, int splits, GpuMemory
     return fd;
 }
 
-TEST_CASE("flash-decoding: contexts 1..16k, GQA 1/2/4/8, head_dim 64/128, several split counts, bf16 and FP8 cache") {
+TEST_CASE("flash-decoding: contexts 1..16k, GQA 1/2/4/8, head_dim 64/128, several split counts, sliding windows, bf16 and FP8 cache") {
     Rng r(8);
     GpuMemory mem;
     for (KvType kt : {KvType::BF16, KvType::FP8})
@@ -613,9 +622,14 @@ TEST_CASE("flash-decoding: contexts 1..16k, GQA 1/2/4/8, head_dim 64/128, severa
                                                       random_floats((size_t)nkv * ctx * hd, r), hd);
                     DeviceVec<bf16> d_q(to_bf16(q)), d_out((size_t)nh * hd);
                     DeviceVec<int> d_pos(std::vector<int>{len - 1});
-                    auto ref = attention_ref(q, cache.kref, cache.vref, 1, len - 1, nh, nkv, hd, ctx);
                     FlashDecode planned = flash_decode_plan(nh, nkv, hd, ctx, mem);
+                    for (int window : {0, 1, 37, 1500}) {
+                    if (window && (len < 64 || hd == 64)) continue;
+                    AttnParams ap;
+                    ap.window = window;
+                    auto ref = attention_ref(q, cache.kref, cache.vref, 1, len - 1, nh, nkv, hd, ctx, window);
                     for (int splits : {1, 3, 16, planned.n_splits, 100}) {  // 100: the merge takes two batches of splits
+                        CAPTURE(window);
                         CAPTURE((int)kt);
                         CAPTURE(hd);
                         CAPTURE(G);
@@ -623,8 +637,9 @@ TEST_CASE("flash-decoding: contexts 1..16k, GQA 1/2/4/8, head_dim 64/128, severa
                         CAPTURE(splits);
                         FlashDecode fd = with_splits(planned, splits, mem);
                         d_out.poison();
-                        flash_decode(fd, d_q.p, kt, cache.layer(), d_pos.p, d_out.p, 0);
+                        flash_decode(fd, d_q.p, kt, cache.layer(), d_pos.p, d_out.p, 0, ap);
                         CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), 1e-2);
+                    }
                     }
                     if (len == 1) CHECK_THROWS_AS(flash_decode(planned, d_q.p, KvType::F16, cache.layer(), d_pos.p, d_out.p, 0), UserError);
                 }
@@ -693,6 +708,78 @@ TEST_CASE("flash-decoding fused with q/k norm, RoPE and the cache write: referen
                         CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), 1e-2);
                     }
                 }
+}
+
+TEST_CASE("flash-decoding fused without q/k norm and without RoPE (Llama's and NoPE layers), with a window: raw q, k, v") {
+    Rng r(15);
+    GpuMemory mem;
+    for (KvType kt : {KvType::BF16, KvType::FP8})
+        for (int window : {0, 100}) {
+            int hd = 128, nkv = 2, G = 4, nh = nkv * G, len = 1000, ctx = len + 5, pos = len - 1, qkv_row = (nh + 2 * nkv) * hd;
+            CAPTURE((int)kt);
+            CAPTURE(window);
+            auto qkv = random_floats(qkv_row, r, 2.f);
+            DeviceVec<float> d_qkv(qkv);
+            DeviceVec<bf16> d_out((size_t)nh * hd);
+            DeviceVec<int> d_pos(std::vector<int>{pos});
+            FlashDecode fd = flash_decode_plan(nh, nkv, hd, ctx, mem);
+            TestCache cache = make_test_cache(kt, random_floats((size_t)nkv * ctx * hd, r, 1.5f), random_floats((size_t)nkv * ctx * hd, r), hd);
+            AttnParams ap;
+            ap.window = window;
+            d_out.poison();
+            flash_decode_fused(fd, DecodeQkv{d_qkv.p, nullptr, nullptr, nullptr, 1e-6f}, kt, cache.layer(), d_pos.p, d_out.p, 0, ap);
+            std::vector<uint8_t> k_after = cache.k->download(), v_after = cache.v->download();
+            std::vector<float> ks_after = cache.ks->download(), vs_after = cache.vs->download();
+            std::vector<float> kfull = cache.kref, vfull = cache.vref, got_k;
+            std::vector<double> ref_k;
+            for (int h = 0; h < nkv; h++) {
+                size_t row = (size_t)h * ctx + pos;
+                for (int i = 0; i < hd; i++) {
+                    ref_k.push_back(qkv[(size_t)(nh + h) * hd + i]);
+                    got_k.push_back(kfull[row * hd + i] = cache_value(k_after, ks_after, kt, row, hd, i));
+                    vfull[row * hd + i] = cache_value(v_after, vs_after, kt, row, hd, i);
+                }
+            }
+            CHECK_CLOSE(compare(got_k, ref_k), kt == KvType::BF16 ? 5e-3 : 4e-2);  // the new row is k as projected
+            std::vector<float> q_ref(qkv.begin(), qkv.begin() + (size_t)nh * hd);
+            for (float& x : q_ref) x = round_to_bf16(x);
+            auto ref = attention_ref(q_ref, kfull, vfull, 1, pos, nh, nkv, hd, ctx, window);
+            CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), 1e-2);
+        }
+}
+
+TEST_CASE("a projection's bias: GEMV (decode) and GEMM (prefill), stacked parts, store and residual add") {
+    Rng r(16);
+    GpuMemory mem;
+    Linears lin;
+    const int N = 96, K = 256, T = 7;
+    auto w = random_bf16_values((size_t)N * K, r, 0.05f);
+    auto b = random_bf16_values(N, r, 1.f);
+    DeviceVec<bf16> d_w(to_bf16(w)), d_b(to_bf16(b));
+    Linear L;
+    L.N = N, L.K = K, L.w = d_w.p, L.bias = d_b.p, L.label = "test_proj";
+    lin.plan.layer({{&L}});
+    linears_alloc(lin, T, false, mem);
+    auto x = random_bf16_values((size_t)T * K, r, 1.f);
+    auto y0 = random_floats((size_t)T * N, r, 1.f);
+    DeviceVec<bf16> d_x(to_bf16(x));
+    for (int rows : {1, T})
+        for (bool add : {false, true}) {
+            CAPTURE(rows);
+            CAPTURE(add);
+            DeviceVec<float> d_y(y0);
+            if (!add) d_y.poison();
+            if (add) linear_add(L, d_x.p, d_y.p, rows, lin, 0);
+            else linear(L, d_x.p, d_y.p, rows, lin, 0);
+            std::vector<double> ref((size_t)rows * N);
+            for (int t = 0; t < rows; t++)
+                for (int n = 0; n < N; n++) {
+                    double acc = b[n] + (add ? y0[(size_t)t * N + n] : 0.0);
+                    for (int k = 0; k < K; k++) acc += (double)w[(size_t)n * K + k] * x[(size_t)t * K + k];
+                    ref[(size_t)t * N + n] = acc;
+                }
+            CHECK_CLOSE(compare(d_y.download(), ref), 1e-5);
+        }
 }
 
 // ---- sampling ----

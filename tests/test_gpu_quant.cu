@@ -197,24 +197,21 @@ TEST_CASE("prefill with dequantization ahead on a side stream (DequantRing): the
     const Shape shapes[] = {{WFormat::FP8, 256, 384}, {WFormat::INT4, 384, 256}, {WFormat::FP8, 512, 384}, {WFormat::INT4, 256, 512},
                             {WFormat::FP8, 256, 256}, {WFormat::INT4, 384, 256}};
     std::vector<HostLinear> ls;
-    size_t most = 0;
-    for (const Shape& sh : shapes) {
+    for (const Shape& sh : shapes)
         ls.push_back(make_linear(sh.fmt, random_bf16_values((size_t)sh.N * sh.K, r, 0.05f), sh.N, sh.K, sh.fmt == WFormat::FP8 ? 128 : 0));
-        most = std::max(most, (size_t)sh.N * sh.K);
-    }
-    Gemm gemm;
-    DeviceVec<bf16> wb(most), wb2(most), xb(T * 512), ones(to_bf16(std::vector<float>(512, 1.f)));
+    DeviceVec<bf16> ones(to_bf16(std::vector<float>(512, 1.f)));
     DeviceVec<float> x0(random_floats((size_t)T * shapes[0].K, r)), ya(T * 512), yb(T * 512);
-    auto run = [&](bool ring_on) {
-        DequantRing ring;
-        if (ring_on) ring.init(wb.p, most, wb2.p, most);
-        LinearScratch sc{&gemm, xb.p, nullptr, wb.p, most, ring_on ? &ring : nullptr};
+    auto run = [&](bool ahead) {
+        GpuMemory mem;
+        Linears lin;  // the chain as one group of a layer: each projection's next is dequantized during its GEMM
+        lin.plan.layer({{&ls[0].L, &ls[1].L, &ls[2].L, &ls[3].L, &ls[4].L, &ls[5].L}});
+        linears_alloc(lin, T, false, mem);
+        lin.ahead = ahead;
         ya.poison(), yb.poison();
         const float* in = x0.p;
         for (size_t i = 0; i < ls.size(); i++) {
             float* out = i % 2 ? yb.p : ya.p;
-            linear_rmsnorm(ls[i].L, in, ones.p, 1e-6f, out, T, sc, 0);
-            if (i + 1 < ls.size()) dequant_ahead(ls[i + 1].L, T, sc);
+            linear_rmsnorm(ls[i].L, in, ones.p, 1e-6f, out, T, lin, 0);
             in = out;
         }
         CUDA_CHECK(cudaDeviceSynchronize());

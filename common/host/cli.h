@@ -54,17 +54,25 @@ struct Options {
     bool cuda_graphs = true;   // --no-cuda-graphs turns capture of the decode step off
     bool pdl = true;           // --no-pdl: no programmatic dependent launch (kernels do not overlap)
     bool kv_prefill_cache = false;  // --kv-prefill-cache: a prompt's attention reads the KV cache, as decode does
+    bool chat = false;         // -cnv / --conversation / --chat: interactive chat in the terminal
+    std::string in_file;       // -i: batch file of prompts (one per line, or JSONL with "prompt" or "messages")
+    std::string out_file;      // -o: with -i, where the JSONL results go
+    int ubatch = 2048;         // -ub: tokens per prefill pass (1: a prompt runs as decode steps)
     bool quiet = false, verbose = false, help = false;
 };
 
 inline void print_usage(FILE* out, const char* engine) {
     std::fprintf(out,
-                 "usage: %s -m MODEL_DIR [-p PROMPT | -f FILE | --ids FILE] [options]\n"
+                 "usage: %s -m MODEL_DIR [-p PROMPT | -f FILE | --ids FILE | -cnv | -i FILE -o FILE | --bench] [options]\n"
                  "\n"
                  "  -m, --model DIR        checkpoint folder (config.json, *.safetensors, tokenizer.json)\n"
                  "  -p, --prompt TEXT      prompt text\n"
                  "  -f, --file FILE        read the prompt from FILE\n"
                  "      --ids FILE         prompt as token ids (whitespace- or comma-separated, or a JSON list)\n"
+                 "  -cnv, --conversation   chat in the terminal with the model's chat template (also --chat); the\n"
+                 "                         KV cache is kept across turns; Ctrl-C stops a reply; /exit or end of input quits\n"
+                 "  -i, --in-file FILE     batch: one prompt per line, or JSONL lines with \"prompt\" or \"messages\"\n"
+                 "  -o, --out-file FILE    with -i: one JSON line per input line (text, token counts, finish reason)\n"
                  "      --system TEXT      system message (chat template only)\n"
                  "      --raw              no chat template: the prompt is the raw text\n"
                  "      --no-think         Qwen3: render the template with enable_thinking=False\n"
@@ -78,6 +86,7 @@ inline void print_usage(FILE* out, const char* engine) {
                  "  -s, --seed N           sampling seed (default: from the clock)\n"
                  "      --dtype T          weights on the GPU: bf16 | fp8 | int4 (default bf16)\n"
                  "      --kv-type T        KV cache: bf16 | fp8 (default bf16)\n"
+                 "  -ub, --ubatch-size N   prompt tokens per forward pass (default 2048; 1 runs a prompt as decode steps)\n"
                  "      --kv-prefill-cache the prompt attends through the KV cache, as decode does, not to its own\n"
                  "                         fp16 keys (to measure what the cache's rounding costs)\n"
                  "      --dump-dir DIR     write float32 .npy activations for the prompt positions (oracle taps)\n"
@@ -185,6 +194,10 @@ inline Options parse_cli(int argc, char** argv) {
         else if (a == "--no-cuda-graphs") o.cuda_graphs = false;
         else if (a == "--no-pdl") o.pdl = false;
         else if (a == "--kv-prefill-cache") o.kv_prefill_cache = true;
+        else if (a == "-cnv" || a == "--conversation" || a == "--chat") o.chat = true;
+        else if (a == "-i" || a == "--in-file") o.in_file = value();
+        else if (a == "-o" || a == "--out-file") o.out_file = value();
+        else if (a == "-ub" || a == "--ubatch-size") o.ubatch = static_cast<int>(parse_int(a, value(), 1, 2048));
         else if (a == "-q" || a == "--quiet") o.quiet = true;
         else if (a == "-v" || a == "--verbose") o.verbose = true;
         else die_usage("unknown flag '%s'", a.c_str());
@@ -192,8 +205,17 @@ inline Options parse_cli(int argc, char** argv) {
     if (o.help) return o;
     if (o.model.empty()) die_usage("-m MODEL_DIR is required");
     int sources = !o.prompt.empty() + !o.prompt_file.empty() + !o.ids_file.empty();
+    int modes = o.chat + !o.in_file.empty() + o.bench;
     if (sources > 1) die_usage("give only one of -p, -f and --ids");
-    if (sources == 0 && !o.bench) die_usage("give a prompt with -p, -f or --ids (or --bench)");
+    if (modes > 1) die_usage("give only one of -cnv, -i and --bench");
+    if (sources == 0 && modes == 0) die_usage("give a prompt with -p, -f or --ids (or -cnv, -i FILE, --bench)");
+    if (modes == 1 && sources == 1 && !o.chat) die_usage("-p, -f and --ids do not go with -i or --bench");
+    if (o.chat && (!o.prompt_file.empty() || !o.ids_file.empty())) die_usage("-cnv takes a first message with -p only");
+    if (!o.in_file.empty() && o.out_file.empty()) die_usage("-i needs -o FILE for the results");
+    if (!o.out_file.empty() && o.in_file.empty()) die_usage("-o goes with -i");
+    if (!o.in_file.empty() && !o.dump_dir.empty()) die_usage("--dump-dir does not go with -i");
+    if (o.chat && !o.dump_dir.empty()) die_usage("--dump-dir does not go with -cnv");
+    if (o.chat && o.raw) die_usage("-cnv needs the chat template (not --raw)");
     if (o.quiet && o.verbose) die_usage("-q and -v contradict each other");
     if (!o.timeline_file.empty() && !o.bench) die_usage("--timeline needs --bench");
     if (o.dump_inputs && o.dump_dir.empty()) die_usage("--dump-inputs needs --dump-dir");

@@ -58,6 +58,10 @@ struct ModelConfig {
     int bos_token_id = -1;
     std::vector<int> eos_token_ids;
     QuantizationConfig quant;
+    // The file and the family defaults as read, for the keys only one family has (an engine reads them with
+    // find() and the json_as_* checks above, so errors name the file and key the same way).
+    nlohmann::json file, defaults;
+    const nlohmann::json* find(const char* key) const;
 };
 
 struct GenerationConfig {
@@ -83,9 +87,11 @@ inline nlohmann::json read_json_file(const std::string& path) {
     }
 }
 
-// Looks key up in the file, then in the defaults; absent or null in both gives nullptr.
+// Looks key up in the file, then in the defaults. An explicit null in the file is None to transformers (it
+// overrides the class default: Mistral v0.3's "sliding_window": null means no window), so it gives nullptr,
+// as does a key absent or null in both.
 inline const nlohmann::json* config_lookup(const nlohmann::json& file, const nlohmann::json& defaults, const char* key) {
-    if (file.contains(key) && !file[key].is_null()) return &file[key];
+    if (file.contains(key)) return file[key].is_null() ? nullptr : &file[key];
     if (defaults.contains(key) && !defaults[key].is_null()) return &defaults[key];
     return nullptr;
 }
@@ -183,10 +189,13 @@ inline QuantizationConfig parse_quantization(const std::string& p, const nlohman
 
 // ---- config.json ----
 
+inline const nlohmann::json* ModelConfig::find(const char* key) const { return config_lookup(file, defaults, key); }
+
 inline ModelConfig parse_model_config(const std::string& p, const nlohmann::json& f, const nlohmann::json& d) {
     if (!f.is_object()) die("%s: not a JSON object", p.c_str());
     ModelConfig c;
     c.path = p;
+    c.file = f, c.defaults = d;
     c.model_type = json_as_string(p, "model_type", config_require(p, f, d, "model_type"));
     if (const nlohmann::json* a = config_lookup(f, d, "architectures")) {
         if (!a->is_array()) die("%s: 'architectures' must be a list", p.c_str());
@@ -217,6 +226,7 @@ inline ModelConfig parse_model_config(const std::string& p, const nlohmann::json
     if (const nlohmann::json* v = config_lookup(f, d, "attention_bias")) c.attention_bias = json_as_bool(p, "attention_bias", *v);
     if (const nlohmann::json* v = config_lookup(f, d, "hidden_act")) c.hidden_act = json_as_string(p, "hidden_act", *v);
     c.rope = parse_rope(p, f, d);
+    c.rope.max_position = c.max_position_embeddings;
 
     // Sliding window: Qwen2/3 only use it when use_sliding_window is true.
     bool has_switch = config_lookup(f, d, "use_sliding_window") != nullptr;

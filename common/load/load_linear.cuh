@@ -5,6 +5,8 @@
 //                            dim, WFormat::FP8, mem, stream);                       // stacked by rows
 //   Linear gate_up = load_linear(ck, {{pre + "gate_proj", pre + "up_proj"}, {ffn, ffn}, true}, dim, fmt, mem, s);
 //                                                                              // interleaved: 2i gate, 2i+1 up
+//   Linear qkv = load_linear(ck, {{...q_proj, ...k_proj, ...v_proj}, {q_dim, kv_dim, kv_dim}, false, true}, ...);
+//                                                                              // with each part's bias (Qwen2)
 //   WFormat f = checkpoint_weight_format(ck, "model.layers.0.self_attn.q_proj");  // what the file holds
 //
 // What a checkpoint may hold for a projection P (names as transformers writes them):
@@ -18,6 +20,8 @@
 // stacking and interleaving of the parts a plain row permutation.
 #pragma once
 
+#include <deque>
+#include <string>
 #include <vector>
 
 #include "gpu/memory.cuh"
@@ -32,6 +36,8 @@ struct LinearParts {
     std::vector<std::string> names;  // tensor prefixes, e.g. "model.layers.0.mlp.gate_proj"
     std::vector<int> rows;           // out_features of each part
     bool interleave = false;         // false: stacked by rows; true: row r of part p goes to row r * parts + p
+    bool bias = false;               // each part has P.bias [rows] (loaded as bf16, placed like its rows); false:
+                                     // none is read (a checkpoint's bias tensors are then an error to the caller)
 };
 
 // Destination of part p's rows: first row and stride between consecutive rows.
@@ -132,7 +138,44 @@ inline void alloc_linear(Linear& L, WFormat fmt, int kblock, GpuMemory& mem) {
 
 }  // namespace load_detail
 
+// The parts' names without their layer prefix, joined: "q_proj+k_proj+v_proj", "lm_head". Interned: Linear keeps
+// a plain pointer (it is a kernel argument).
+inline const char* linear_label(const LinearParts& lp) {
+    static std::deque<std::string> pool;
+    std::string label;
+    for (const std::string& n : lp.names) {
+        size_t dot = n.rfind('.');
+        label += (label.empty() ? "" : "+") + (dot == std::string::npos ? n : n.substr(dot + 1));
+    }
+    for (const std::string& p : pool)
+        if (p == label) return p.c_str();
+    pool.push_back(label);
+    return pool.back().c_str();
+}
+
+// Each part's bias into one bf16 [N] vector, rows placed as the weights' rows are.
+inline const bf16* load_linear_bias(const Checkpoint& ck, const LinearParts& lp, int N, GpuMemory& mem, cudaStream_t s) {
+    bf16* b = mem.alloc<bf16>(N, "weights");
+    for (size_t p = 0; p < lp.names.size(); p++) {
+        int row0, stride;
+        part_rows(lp, p, &row0, &stride);
+        TensorView t = ck.get(lp.names[p] + ".bias", {lp.rows[p]});
+        t.shape = {lp.rows[p], 1};  // rows of one element, `stride` apart in b
+        upload_bf16(t, b + row0, stride, s);
+    }
+    return b;
+}
+
+inline Linear load_linear_weights(const Checkpoint& ck, const LinearParts& lp, int K, WFormat target, GpuMemory& mem, cudaStream_t s);
+
 inline Linear load_linear(const Checkpoint& ck, const LinearParts& lp, int K, WFormat target, GpuMemory& mem, cudaStream_t s) {
+    Linear L = load_linear_weights(ck, lp, K, target, mem, s);
+    L.label = linear_label(lp);
+    if (lp.bias) L.bias = load_linear_bias(ck, lp, L.N, mem, s);
+    return L;
+}
+
+inline Linear load_linear_weights(const Checkpoint& ck, const LinearParts& lp, int K, WFormat target, GpuMemory& mem, cudaStream_t s) {
     using namespace load_detail;
     check_parts(lp);
     Linear L;
@@ -181,6 +224,46 @@ inline Linear load_linear(const Checkpoint& ck, const LinearParts& lp, int K, WF
     dequant_to_bf16(q, static_cast<bf16*>(L.w), s);
     CUDA_CHECK(cudaStreamSynchronize(s));
     return L;
+}
+
+// ---- a model's weight format and output projection ----
+
+// What a checkpoint's projections hold: INT4 if any tensor is an INT4 qweight, FP8 if any weight is e4m3, else
+// plain floats (BF16 / F16 / F32).
+inline WFormat checkpoint_format(const Checkpoint& ck) {
+    WFormat f = WFormat::BF16;
+    for (const TensorView& t : ck.tensors()) {
+        const std::string& n = t.name;
+        if (n.size() > 8 && n.compare(n.size() - 8, 8, ".qweight") == 0) return WFormat::INT4;
+        if (t.dtype == DType::F8_E4M3) f = WFormat::FP8;
+    }
+    return f;
+}
+
+// The format the GPU runs the layer projections in: --dtype when given (or on a plain-float checkpoint, where
+// its default is bf16); else what a pre-quantized checkpoint holds.
+inline WFormat choose_weight_format(const std::string& dtype_flag, bool flag_given, const Checkpoint& ck) {
+    WFormat flag = dtype_flag == "fp8" ? WFormat::FP8 : dtype_flag == "int4" ? WFormat::INT4 : WFormat::BF16;
+    WFormat file = checkpoint_format(ck);
+    return flag_given || file == WFormat::BF16 ? flag : file;
+}
+
+// The output projection: lm_head.weight, or embed_tokens when tie_word_embeddings (the table is then shared,
+// not copied, when it stays bf16). Quantizing on load leaves it bf16 next to FP8 layers (as Qwen's FP8 releases
+// do: it costs FP8 a point of top-1 agreement) and makes it FP8 next to INT4 layers (kb/decisions.md); a
+// pre-quantized checkpoint's is used as stored.
+inline Linear load_lm_head(const Checkpoint& ck, const std::string& config_path, int vocab, int dim, bool tied, WFormat layers_fmt,
+                           const bf16* embed, GpuMemory& mem, cudaStream_t s) {
+    bool has_head = ck.find("lm_head.weight") || ck.find("lm_head.qweight");
+    if (!has_head && !tied) die("%s: tie_word_embeddings is false but there is no tensor 'lm_head.weight'", config_path.c_str());
+    WFormat fmt = layers_fmt == WFormat::INT4 ? WFormat::FP8 : WFormat::BF16;
+    if (checkpoint_format(ck) != WFormat::BF16) fmt = has_head ? checkpoint_weight_format(ck, "lm_head") : WFormat::BF16;
+    if (!has_head && fmt == WFormat::BF16) {
+        Linear h;
+        h.N = vocab, h.K = dim, h.w = const_cast<bf16*>(embed), h.label = "lm_head (tied)";
+        return h;
+    }
+    return load_linear(ck, {{has_head ? "lm_head" : "model.embed_tokens"}, {vocab}}, dim, fmt, mem, s);
 }
 
 }  // namespace monocu

@@ -1,11 +1,13 @@
 // ops/attention.cuh — causal prefill attention over the KV cache, on tensor cores (FlashAttention-2 style).
 //
 // Usage:
-//   prefill_attention(q, kv.type, kv.layer(l), d_pos, out, T, n_heads, n_kv_heads, head_dim, ctx, stream);
+//   prefill_attention(q, kv.type, kv.layer(l), d_pos, out, T, n_heads, n_kv_heads, head_dim, ctx, params, stream);
 //     q      fp16 [T][n_heads][head_dim]   queries of tokens at positions *d_pos .. *d_pos + T - 1
 //     kv     keys 0 .. *d_pos + T - 1: this layer's cache (bf16, or FP8 scaled back), or, type F16, the
 //            fp16 copy of a chunk's own keys and values that qk_norm_rope_cache writes beside the cache
 //     out    bf16 [T][n_heads * head_dim]  softmax(q k^T / sqrt(d) + causal mask) v
+//     params AttnParams (attn_params.cuh): a sliding window masks keys at or before pos - window too, and
+//            the key tiles wholly before the block's first window are skipped
 // head_dim 64 or 128; any GQA ratio (query head h reads KV head h / (n_heads / n_kv), like repeat_kv).
 //
 // The algorithm (Dao, "FlashAttention-2", 2023): a block of 4 warps owns 64 queries of one head, each
@@ -26,8 +28,9 @@
 #pragma once
 
 #include "gpu/memory.cuh"
-#include "ops/kv_cache.cuh"
 #include "gpu/mma.cuh"
+#include "ops/attn_params.cuh"
+#include "ops/kv_cache.cuh"
 
 namespace monocu {
 
@@ -60,7 +63,7 @@ __device__ __forceinline__ uint32_t q_pair(const __half* p) {
 template <int HD, KvType KV>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     prefill_attention_kernel(const __half* __restrict__ q, KvLayer kv, const int* __restrict__ d_pos, int T, int nh, int nkv,
-                             int ctx, float scale_log2, bf16* __restrict__ out) {
+                             int ctx, float scale_log2, AttnParams ap, bf16* __restrict__ out) {
     constexpr bool F16 = KV != KvType::BF16;  // the MMA's input type: fp16, or bf16 over a bf16 cache
     constexpr int LD = HD + 8;                // padded row, in 16-bit elements
     __shared__ __align__(16) uint16_t Ks[kAttnK][LD];
@@ -71,6 +74,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     const int pos0 = *d_pos;
     const int row_lo = qb * kAttnQ + warp * 16 + g, row_hi = row_lo + 8;  // this thread's two query rows
     const int n_keys = pos0 + min(T, (qb + 1) * kAttnQ);                  // causal limit for the block
+    const int key_lo = attn_first_key(ap, pos0 + qb * kAttnQ) / kAttnK * kAttnK;  // first tile any row sees
 
     // Q fragments for the warp's 16 rows (rows past T read row T-1; their output is not written).
     uint32_t qa[HD / 16][4];
@@ -90,8 +94,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
     float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
     const int qpos_lo = pos0 + row_lo, qpos_hi = pos0 + row_hi;
+    const int first_lo = attn_first_key(ap, qpos_lo), first_hi = attn_first_key(ap, qpos_hi);
 
-    for (int kt = 0; kt < n_keys; kt += kAttnK) {
+    for (int kt = key_lo; kt < n_keys; kt += kAttnK) {
         // Stage 64 keys and values (rows past n_keys are zero so that 0-probability times V stays 0).
         __syncthreads();
         for (int c = threadIdx.x; c < kAttnK * HD / 8; c += kAttnWarps * 32) {
@@ -128,7 +133,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
                 int key = kt + nt * 8 + 2 * t + (e & 1);
                 bool lo = e < 2;
                 float v = s[nt][e] * scale_log2;
-                if (key > (lo ? qpos_lo : qpos_hi)) v = -INFINITY;
+                if (key > (lo ? qpos_lo : qpos_hi) || key < (lo ? first_lo : first_hi)) v = -INFINITY;
                 s[nt][e] = v;
                 if (lo) mx_lo = fmaxf(mx_lo, v);
                 else mx_hi = fmaxf(mx_hi, v);
@@ -138,8 +143,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
         mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
         mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
         mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
-        // Key 0 is visible to every row, so after the first tile both maxima are finite.
-        float c_lo = exp2f(m_lo - mx_lo), c_hi = exp2f(m_hi - mx_hi);
+        // A row may see no key of a tile (the first tiles of a sliding window): while its maximum is still
+        // -inf, exponents are taken against 0, so its p are 0 and nothing is rescaled by exp2(-inf - -inf).
+        const float use_lo = mx_lo == -INFINITY ? 0.f : mx_lo, use_hi = mx_hi == -INFINITY ? 0.f : mx_hi;
+        float c_lo = exp2f(m_lo - use_lo), c_hi = exp2f(m_hi - use_hi);
         m_lo = mx_lo, m_hi = mx_hi;
         l_lo *= c_lo, l_hi *= c_hi;
 #pragma unroll
@@ -149,8 +156,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
         uint32_t pa[kAttnK / 16][4];
 #pragma unroll
         for (int nt = 0; nt < kAttnK / 8; nt++) {
-            float p0 = exp2f(s[nt][0] - m_lo), p1 = exp2f(s[nt][1] - m_lo);
-            float p2 = exp2f(s[nt][2] - m_hi), p3 = exp2f(s[nt][3] - m_hi);
+            float p0 = exp2f(s[nt][0] - use_lo), p1 = exp2f(s[nt][1] - use_lo);
+            float p2 = exp2f(s[nt][2] - use_hi), p3 = exp2f(s[nt][3] - use_hi);
             l_lo += p0 + p1;
             l_hi += p2 + p3;
             pa[nt / 2][(nt & 1) * 2 + 0] = pack_16x2<F16>(p0, p1);
@@ -187,29 +194,30 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 
 template <int HD, KvType KV>
 inline void prefill_attention_launch(dim3 grid, const __half* q, const KvLayer& kv, const int* d_pos, bf16* out, int T, int nh, int nkv,
-                                     int ctx, float scale_log2, cudaStream_t stream) {
-    prefill_attention_kernel<HD, KV><<<grid, kAttnWarps * 32, 0, stream>>>(q, kv, d_pos, T, nh, nkv, ctx, scale_log2, out);
+                                     int ctx, float scale_log2, const AttnParams& ap, cudaStream_t stream) {
+    prefill_attention_kernel<HD, KV><<<grid, kAttnWarps * 32, 0, stream>>>(q, kv, d_pos, T, nh, nkv, ctx, scale_log2, ap, out);
     LAUNCH_CHECK();
 }
 
 template <int HD>
 inline void prefill_attention_dispatch(dim3 grid, const __half* q, KvType type, const KvLayer& kv, const int* d_pos, bf16* out, int T,
-                                       int nh, int nkv, int ctx, float scale_log2, cudaStream_t stream) {
+                                       int nh, int nkv, int ctx, float scale_log2, const AttnParams& ap, cudaStream_t stream) {
     switch (type) {
-        case KvType::BF16: return prefill_attention_launch<HD, KvType::BF16>(grid, q, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, stream);
-        case KvType::FP8: return prefill_attention_launch<HD, KvType::FP8>(grid, q, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, stream);
-        case KvType::F16: return prefill_attention_launch<HD, KvType::F16>(grid, q, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, stream);
+        case KvType::BF16: return prefill_attention_launch<HD, KvType::BF16>(grid, q, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, ap, stream);
+        case KvType::FP8: return prefill_attention_launch<HD, KvType::FP8>(grid, q, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, ap, stream);
+        case KvType::F16: return prefill_attention_launch<HD, KvType::F16>(grid, q, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, ap, stream);
     }
 }
 
 inline void prefill_attention(const __half* q, KvType type, const KvLayer& kv, const int* d_pos, bf16* out, int T, int nh, int nkv,
-                              int hd, int ctx, cudaStream_t stream) {
+                              int hd, int ctx, const AttnParams& ap, cudaStream_t stream) {
     if (T <= 0) return;
+    attn_params_check(ap, "prefill_attention");
     if (nh % nkv != 0) die("prefill_attention: %d heads are not a multiple of %d KV heads", nh, nkv);
     dim3 grid(CEIL_DIV(T, kAttnQ), nh);
     float scale_log2 = 1.4426950408889634f / sqrtf((float)hd);
-    if (hd == 64) prefill_attention_dispatch<64>(grid, q, type, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, stream);
-    else if (hd == 128) prefill_attention_dispatch<128>(grid, q, type, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, stream);
+    if (hd == 64) prefill_attention_dispatch<64>(grid, q, type, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, ap, stream);
+    else if (hd == 128) prefill_attention_dispatch<128>(grid, q, type, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, ap, stream);
     else die("prefill_attention: head_dim %d is not supported (64, 128)", hd);
 }
 

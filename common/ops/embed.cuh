@@ -8,6 +8,7 @@
 
 #include "gpu/memory.cuh"
 #include "gpu/pdl.cuh"
+#include "gpu/profile.cuh"
 
 namespace monocu {
 
@@ -23,6 +24,7 @@ static __global__ void embedding_kernel(const bf16* __restrict__ table, const in
 
 inline void embedding(const bf16* table, const int* ids, float* x, int T, int dim, int vocab, cudaStream_t stream) {
     if (T <= 0) return;
+    OpScope op("embedding", stream);
     launch(embedding_kernel, T, 256, 0, stream, table, ids, x, dim, vocab);
 }
 

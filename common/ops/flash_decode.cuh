@@ -2,12 +2,14 @@
 //
 // Usage:
 //   FlashDecode fd = flash_decode_plan(n_heads, n_kv_heads, head_dim, ctx, mem);   // once, at load
-//   flash_decode(fd, q, kv.type, kv.layer(l), d_pos, out, stream);
-//   flash_decode_fused(fd, DecodeQkv{qkv, q_norm_w, k_norm_w, rope.cos_sin, eps}, kv.type, kv.layer(l), d_pos, out, stream);
+//   flash_decode(fd, q, kv.type, kv.layer(l), d_pos, out, stream, params);
+//   flash_decode_fused(fd, DecodeQkv{qkv, q_norm_w, k_norm_w, rope.cos_sin, eps}, kv.type, kv.layer(l), d_pos, out, stream, params);
 //     (the same, after doing qk_norm_rope_cache's work for this one token itself: see DecodeQkv)
 //     q       bf16 [n_heads][head_dim]     this token's queries (normed, rotated)
 //     kv      this layer's cache (kv_cache.cuh), bf16 or FP8; keys 0 .. *d_pos are valid
 //     out     bf16 [n_heads * head_dim]    softmax(q k^T / sqrt(d)) v, heads side by side
+//     params  AttnParams (attn_params.cuh): with a sliding window only keys pos - window + 1 .. pos are split
+//             and read
 //
 // Why split: one block per head would leave most of the GPU idle and make per-token cost grow with
 // context. Flash-Decoding (Dao et al., 2023) splits the key range across blocks: grid = (splits, kv
@@ -30,8 +32,9 @@
 
 #include "gpu/async_copy.cuh"
 #include "gpu/memory.cuh"
-#include "ops/kv_cache.cuh"
 #include "gpu/mma.cuh"
+#include "ops/attn_params.cuh"
+#include "ops/kv_cache.cuh"
 #include "gpu/pdl.cuh"
 #include "ops/rope.cuh"
 #include "gpu/trace.cuh"
@@ -96,7 +99,7 @@ __device__ __forceinline__ void flash_decode_prefetch_norm_rope(const DecodeQkv&
     } else if (line < 2 * kNormLines) {
         base = in.k_norm, line -= kNormLines;
     } else if (line < 2 * kNormLines + kRopeLines) {
-        base = in.rope + (size_t)pos * (HD / 2), line -= 2 * kNormLines;
+        base = in.rope ? in.rope + (size_t)pos * (HD / 2) : nullptr, line -= 2 * kNormLines;
     }
     if (base) asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(base) + line * 128));
 }
@@ -112,7 +115,7 @@ __device__ __forceinline__ void flash_decode_store_new_row(const DecodeQkv& in, 
     float k[8], v[8];
     load_float8(k_raw, k);
     load_float8(v_raw, v);
-    head_norm_rope_8<LPK>(k, in.k_norm, in.rope + (size_t)pos * (HD / 2), dl, in.eps);
+    head_norm_rope_8<LPK>(k, in.k_norm, in.rope, pos, dl, in.eps);
     uint4 pk, pv;
     float sk = kv_pack_8<KV, LPK>(k, pk), sv = kv_pack_8<KV, LPK>(v, pv);
     if (!writer) return;
@@ -268,7 +271,7 @@ __device__ __forceinline__ void flash_decode_q_fragments(const bf16* q_rows, int
 template <int HD, int G, KvType KV>
 __global__ void __launch_bounds__(kFdWarps * 32, 2)
     flash_decode_split_kernel(const bf16* __restrict__ q, DecodeQkv in, KvLayer kv, const int* __restrict__ d_pos, int ctx, int n_splits,
-                              int min_chunk, float scale_log2, float* __restrict__ part_o, float2* __restrict__ part_ml) {
+                              int min_chunk, float scale_log2, AttnParams ap, float* __restrict__ part_o, float2* __restrict__ part_ml) {
     using T = FdTiles<HD, KV>;
     constexpr bool FP8 = T::kFp8;
     constexpr int NS = T::kStages, LPK = HD / 8;
@@ -280,8 +283,8 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
     pdl_launch_dependents();
     const int split = blockIdx.x, kvh = blockIdx.y, n_kv = gridDim.y, n_heads = n_kv * G;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int pos = *d_pos, len = pos + 1, chunk = flash_decode_chunk(len, n_splits, min_chunk);
-    const int begin = split * chunk, end = min(len, begin + chunk);
+    const int pos = *d_pos, first = attn_first_key(ap, pos), len = pos + 1 - first, chunk = flash_decode_chunk(len, n_splits, min_chunk);
+    const int begin = first + split * chunk, end = min(pos + 1, begin + chunk);  // keys first .. pos, split
     const int n_active = flash_decode_active_splits(len, chunk, n_splits);
     if (split >= n_active) return;  // an idle split (short context): whole block, before any dependent read
     const bool fused = in.qkv != nullptr;
@@ -313,7 +316,7 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
             int gh = g0 + kFdWarps * slot;  // this lane's head; every lane joins the shuffles
             float x[8];
             load_float8(in.qkv + (size_t)(kvh * G + min(gh, G - 1)) * HD + dl * 8, x);
-            head_norm_rope_8<LPK>(x, in.q_norm, in.rope + (size_t)pos * (HD / 2), dl, in.eps);
+            head_norm_rope_8<LPK>(x, in.q_norm, in.rope, pos, dl, in.eps);
             if (gh < G)
 #pragma unroll
                 for (int j = 0; j < 8; j++) sq[gh][dl * 8 + j] = __float2bfloat16_rn(x[j]);
@@ -456,12 +459,13 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
 template <int HD>
 __global__ void __launch_bounds__(32)
     flash_decode_merge_kernel(const float* __restrict__ part_o, const float2* __restrict__ part_ml, const int* __restrict__ d_pos, int n_splits,
-                              int min_chunk, bf16* __restrict__ out) {
+                              int min_chunk, AttnParams ap, bf16* __restrict__ out) {
     constexpr int kBatch = 16, kGroups = 4;
     TRACE_BEGIN();
     pdl_launch_dependents();
     const int h = blockIdx.x, grp = threadIdx.x / 8, d = blockIdx.y * 32 + (threadIdx.x % 8) * 4;
-    const int len = *d_pos + 1, n_active = flash_decode_active_splits(len, flash_decode_chunk(len, n_splits, min_chunk), n_splits);
+    const int len = *d_pos + 1 - attn_first_key(ap, *d_pos);
+    const int n_active = flash_decode_active_splits(len, flash_decode_chunk(len, n_splits, min_chunk), n_splits);
     const float2* ml = part_ml + (size_t)h * n_splits;
     const float* po = part_o + (size_t)h * n_splits * HD + d;
     pdl_wait();  // the split launch is done
@@ -528,7 +532,7 @@ inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ct
 
 template <int HD, int G, KvType KV>
 inline void flash_decode_split_launch(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, const KvLayer& kv, const int* d_pos,
-                                      bf16* out, cudaStream_t stream) {
+                                      bf16* out, const AttnParams& ap, cudaStream_t stream) {
     static bool raised = false;  // one attribute call per instantiation, before any graph capture (eager warm-up)
     constexpr size_t ring = FdTiles<HD, KV>::kSmemBytes, merge = (size_t)kFdWarps * G * (HD * 4 + 8);  // the warps' merge reuses the ring
     constexpr size_t smem = ring > merge ? ring : merge;
@@ -539,48 +543,49 @@ inline void flash_decode_split_launch(const FlashDecode& fd, const bf16* q, cons
     dim3 grid(fd.n_splits, fd.n_kv);
     float scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
     launch(flash_decode_split_kernel<HD, G, KV>, grid, kFdWarps * 32, smem, stream, q, in, kv, d_pos, fd.ctx, fd.n_splits, fd.min_chunk, scale_log2,
-           fd.part_o, fd.part_ml);
-    launch(flash_decode_merge_kernel<HD>, dim3(fd.n_heads, HD / 32), 32, 0, stream, fd.part_o, fd.part_ml, d_pos, fd.n_splits, fd.min_chunk, out);
+           ap, fd.part_o, fd.part_ml);
+    launch(flash_decode_merge_kernel<HD>, dim3(fd.n_heads, HD / 32), 32, 0, stream, fd.part_o, fd.part_ml, d_pos, fd.n_splits, fd.min_chunk, ap, out);
 }
 
 template <int HD, KvType KV>
 inline void flash_decode_split_dispatch(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, const KvLayer& kv, const int* d_pos,
-                                        bf16* out, cudaStream_t s) {
+                                        bf16* out, const AttnParams& ap, cudaStream_t s) {
     switch (fd.n_heads / fd.n_kv) {
-        case 1: return flash_decode_split_launch<HD, 1, KV>(fd, q, in, kv, d_pos, out, s);
-        case 2: return flash_decode_split_launch<HD, 2, KV>(fd, q, in, kv, d_pos, out, s);
-        case 3: return flash_decode_split_launch<HD, 3, KV>(fd, q, in, kv, d_pos, out, s);
-        case 4: return flash_decode_split_launch<HD, 4, KV>(fd, q, in, kv, d_pos, out, s);
-        case 5: return flash_decode_split_launch<HD, 5, KV>(fd, q, in, kv, d_pos, out, s);
-        case 6: return flash_decode_split_launch<HD, 6, KV>(fd, q, in, kv, d_pos, out, s);
-        case 7: return flash_decode_split_launch<HD, 7, KV>(fd, q, in, kv, d_pos, out, s);
-        case 8: return flash_decode_split_launch<HD, 8, KV>(fd, q, in, kv, d_pos, out, s);
+        case 1: return flash_decode_split_launch<HD, 1, KV>(fd, q, in, kv, d_pos, out, ap, s);
+        case 2: return flash_decode_split_launch<HD, 2, KV>(fd, q, in, kv, d_pos, out, ap, s);
+        case 3: return flash_decode_split_launch<HD, 3, KV>(fd, q, in, kv, d_pos, out, ap, s);
+        case 4: return flash_decode_split_launch<HD, 4, KV>(fd, q, in, kv, d_pos, out, ap, s);
+        case 5: return flash_decode_split_launch<HD, 5, KV>(fd, q, in, kv, d_pos, out, ap, s);
+        case 6: return flash_decode_split_launch<HD, 6, KV>(fd, q, in, kv, d_pos, out, ap, s);
+        case 7: return flash_decode_split_launch<HD, 7, KV>(fd, q, in, kv, d_pos, out, ap, s);
+        case 8: return flash_decode_split_launch<HD, 8, KV>(fd, q, in, kv, d_pos, out, ap, s);
     }
 }
 
 inline void flash_decode_any(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, KvType type, const KvLayer& kv, const int* d_pos,
-                             bf16* out, cudaStream_t stream) {
+                             bf16* out, const AttnParams& ap, cudaStream_t stream) {
     if (type == KvType::F16) die("flash_decode: reads a bf16 or FP8 cache, not fp16");
+    attn_params_check(ap, "flash_decode");
     if (fd.head_dim == 64) {
-        if (type == KvType::BF16) flash_decode_split_dispatch<64, KvType::BF16>(fd, q, in, kv, d_pos, out, stream);
-        else flash_decode_split_dispatch<64, KvType::FP8>(fd, q, in, kv, d_pos, out, stream);
+        if (type == KvType::BF16) flash_decode_split_dispatch<64, KvType::BF16>(fd, q, in, kv, d_pos, out, ap, stream);
+        else flash_decode_split_dispatch<64, KvType::FP8>(fd, q, in, kv, d_pos, out, ap, stream);
     } else {
-        if (type == KvType::BF16) flash_decode_split_dispatch<128, KvType::BF16>(fd, q, in, kv, d_pos, out, stream);
-        else flash_decode_split_dispatch<128, KvType::FP8>(fd, q, in, kv, d_pos, out, stream);
+        if (type == KvType::BF16) flash_decode_split_dispatch<128, KvType::BF16>(fd, q, in, kv, d_pos, out, ap, stream);
+        else flash_decode_split_dispatch<128, KvType::FP8>(fd, q, in, kv, d_pos, out, ap, stream);
     }
 }
 
 // Two launches: the split blocks, then the merge into out. q is ready.
 inline void flash_decode(const FlashDecode& fd, const bf16* q, KvType type, const KvLayer& kv, const int* d_pos, bf16* out,
-                         cudaStream_t stream) {
-    flash_decode_any(fd, q, DecodeQkv{}, type, kv, d_pos, out, stream);
+                         cudaStream_t stream, const AttnParams& ap = {}) {
+    flash_decode_any(fd, q, DecodeQkv{}, type, kv, d_pos, out, ap, stream);
 }
 
 // The same, making q and the new cache row from the raw projections (DecodeQkv) in the split launch.
 inline void flash_decode_fused(const FlashDecode& fd, const DecodeQkv& in, KvType type, const KvLayer& kv, const int* d_pos, bf16* out,
-                               cudaStream_t stream) {
-    if (!in.qkv || !in.rope) die("flash_decode_fused: needs the projections and the rope table");
-    flash_decode_any(fd, nullptr, in, type, kv, d_pos, out, stream);
+                               cudaStream_t stream, const AttnParams& ap = {}) {
+    if (!in.qkv) die("flash_decode_fused: needs the projections");
+    flash_decode_any(fd, nullptr, in, type, kv, d_pos, out, ap, stream);
 }
 
 }  // namespace monocu

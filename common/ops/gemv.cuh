@@ -1,6 +1,6 @@
 // ops/gemv.cuh — batch-1 decode matmul, y = W x, for bf16, FP8 and INT4 weights: the step that decides decode speed.
 //
-// Usage (L is a Linear from quant.cuh: [N][K] weights in any format, plus scales):
+// Usage (L is a Linear from weights.cuh: [N][K] weights in any format, plus scales and an optional bias):
 //   gemv(L, x_bf16, y, stream);                            // y[n]  = W[n] . x
 //   gemv_add(L, x_bf16, y, stream);                        // y[n] += W[n] . x      (residual add)
 //   gemv_rmsnorm(L, x_f32, norm_w, eps, y, stream);        // y[n]  = W[n] . rmsnorm(x)
@@ -135,6 +135,11 @@ __device__ __forceinline__ void gemv_write(float acc0, float acc1, const float* 
     } else {  // rows (2i, 2i+1) = (gate_i, up_i)
         y_bf16[row0 / 2] = __float2bfloat16_rn(silu(acc0) * acc1);
     }
+}
+
+// The projection's bias for output row r (0 without one), added after the weight scale.
+__device__ __forceinline__ float row_bias(const Linear& L, int r) {
+    return L.bias ? __bfloat162float(static_cast<const bf16*>(L.bias)[r]) : 0.f;
 }
 
 // Residual add: the writing lane asks for its rows of y as soon as the previous kernel is done (a cp.async
@@ -511,7 +516,8 @@ __global__ void __launch_bounds__(gemv_warps<F>(R) * 32)
 #pragma unroll
             for (int r = 0; r < R; r += 2)
                 if (done_row0 + r < N)
-                    gemv_write<OUT>(acc[r] * row_scale<F>(L, min(done_row0 + r, N - 1)), acc[r + 1] * row_scale<F>(L, min(done_row0 + r + 1, N - 1)),
+                    gemv_write<OUT>(acc[r] * row_scale<F>(L, min(done_row0 + r, N - 1)) + row_bias(L, min(done_row0 + r, N - 1)),
+                                    acc[r + 1] * row_scale<F>(L, min(done_row0 + r + 1, N - 1)) + row_bias(L, min(done_row0 + r + 1, N - 1)),
                                     &old_y[warp][r], done_row0 + r, N, y, y_bf16);
         if (!more) break;
     }

@@ -2,12 +2,14 @@
 // prefill's fp16 copy of a chunk's own keys and values, attention.cuh; no cache is made of it.)
 //
 // Usage:
-//   KvCache kv = kv_cache_create(KvType::FP8, n_layers, n_kv, ctx, head_dim, mem);
-//   KvLayer L = kv.layer(l);            // what the attention kernels and the cache writer take
+//   KvCache kv = kv_cache_create(KvType::FP8, n_layers, n_kv, ctx, head_dim, mem, slots);
+//   KvLayer L = kv.layer(l, slot);      // what the attention kernels and the cache writer take: layer l of the
+//                                       // sequence in slot `slot` (each slot holds one sequence of up to ctx)
 //   kv.bytes_per_token()                // K + V (+ scales) of one position over all layers
 //
-// Layout per layer: K and V [n_kv][ctx][head_dim] (one head's positions contiguous, so decode streams
-// each head's keys in order), FP8 scales [n_kv][ctx] float. An FP8 row is q = e4m3(x / s) with
+// Layout per layer and slot: K and V [n_kv][ctx][head_dim] (one head's positions contiguous, so decode streams
+// each head's keys in order), FP8 scales [n_kv][ctx] float; the whole cache is [layers][slots][...] of those.
+// An FP8 row is q = e4m3(x / s) with
 // s = max|x| / 448 over that head's head_dim values: per-token scales follow the keys' and values'
 // real range (RoPE'd keys of different positions differ), at 4 bytes per 128 (3% over 1 byte/elem).
 // Readers fold the scales into the math: score = (q . k_q) s_k, and o += (p s_v) v_q.
@@ -30,17 +32,18 @@ struct KvLayer {
 
 struct KvCache {
     KvType type = KvType::BF16;
-    int layers = 0, n_kv = 0, ctx = 0, head_dim = 0;
+    int layers = 0, slots = 1, n_kv = 0, ctx = 0, head_dim = 0;
     uint8_t *k = nullptr, *v = nullptr;
     float *k_scale = nullptr, *v_scale = nullptr;
 
     size_t elem_bytes() const { return type == KvType::FP8 ? 1 : 2; }
-    size_t layer_elems() const { return (size_t)n_kv * ctx * head_dim; }
-    KvLayer layer(int l) const {
+    size_t layer_elems() const { return (size_t)n_kv * ctx * head_dim; }  // one layer of one slot
+    KvLayer layer(int l, int slot = 0) const {
+        size_t at = (size_t)l * slots + slot;
         KvLayer L;
-        L.k = k + l * layer_elems() * elem_bytes();
-        L.v = v + l * layer_elems() * elem_bytes();
-        if (type == KvType::FP8) L.k_scale = k_scale + (size_t)l * n_kv * ctx, L.v_scale = v_scale + (size_t)l * n_kv * ctx;
+        L.k = k + at * layer_elems() * elem_bytes();
+        L.v = v + at * layer_elems() * elem_bytes();
+        if (type == KvType::FP8) L.k_scale = k_scale + at * n_kv * ctx, L.v_scale = v_scale + at * n_kv * ctx;
         return L;
     }
     size_t bytes_per_token() const {
@@ -48,16 +51,17 @@ struct KvCache {
     }
 };
 
-inline KvCache kv_cache_create(KvType type, int layers, int n_kv, int ctx, int head_dim, GpuMemory& mem) {
+inline KvCache kv_cache_create(KvType type, int layers, int n_kv, int ctx, int head_dim, GpuMemory& mem, int slots = 1) {
     if (type == KvType::F16) die("kv_cache_create: an fp16 KV cache is not supported (bf16, fp8)");
+    if (slots < 1) die("kv_cache_create: %d sequence slots", slots);
     KvCache c;
-    c.type = type, c.layers = layers, c.n_kv = n_kv, c.ctx = ctx, c.head_dim = head_dim;
-    size_t n = (size_t)layers * c.layer_elems() * c.elem_bytes();
-    c.k = mem.alloc<uint8_t>(n, "kv cache");
-    c.v = mem.alloc<uint8_t>(n, "kv cache");
+    c.type = type, c.layers = layers, c.slots = slots, c.n_kv = n_kv, c.ctx = ctx, c.head_dim = head_dim;
+    size_t rows = (size_t)layers * slots * n_kv * ctx;
+    c.k = mem.alloc<uint8_t>(rows * head_dim * c.elem_bytes(), "kv cache");
+    c.v = mem.alloc<uint8_t>(rows * head_dim * c.elem_bytes(), "kv cache");
     if (type == KvType::FP8) {
-        c.k_scale = mem.alloc<float>((size_t)layers * n_kv * ctx, "kv cache");
-        c.v_scale = mem.alloc<float>((size_t)layers * n_kv * ctx, "kv cache");
+        c.k_scale = mem.alloc<float>(rows, "kv cache");
+        c.v_scale = mem.alloc<float>(rows, "kv cache");
     }
     return c;
 }

@@ -1,24 +1,36 @@
 // ops/linear.cuh — one call per projection, whatever the number of tokens or the weight format.
 //
 // Usage:
-//   LinearScratch sc{&gemm, xb, f, wb};          // xb bf16 [T_max][K_max], f float [T_max][N_max],
-//                                                // wb bf16 [N_max][K_max] (only for quantized weights)
-//   linear_rmsnorm(L.qkv, x, norm_w, eps, qkv, T, sc, stream);          // qkv = W rmsnorm(x)
-//   linear_rmsnorm_swiglu(L.gate_up, x, norm_w, eps, h, T, sc, stream); // h = silu(gate) * up of rmsnorm(x)
-//   linear_add(L.o, att, x, T, sc, stream);                             // x += W att
-//   linear(L.lm_head, xb, logits, T, sc, stream);                       // logits = W xb
-//   linear_add(..., stream, l2_ahead(L.next, after_wait));              // decode: also warm L2 (gemv.cuh)
-//   dequant_ahead(L.next, T, sc);   // prefill of FP8/INT4 weights: dequantize the next projection now, on a side
-//                                   // stream, while this one's GEMM runs (sc.ring: a DequantRing; else a no-op)
+//   Linears lin;                                       // the scratch and the plan below, one per model
+//   lin.plan.layer({{&L.qkv}, {&L.o, &L.gate_up, &L.down}});   // at load: each layer's projections in the order
+//   lin.plan.head(&w.lm_head);                         // forward() calls them, attention between the groups
+//   linears_alloc(lin, T_max, dumping, mem);           // buffers sized from the plan (prefill of T_max rows)
+//   linear_rmsnorm(L.qkv, x, norm_w, eps, qkv, T, lin, stream);          // qkv = W rmsnorm(x) (+ bias)
+//   linear_rmsnorm_swiglu(L.gate_up, x, norm_w, eps, h, T, lin, stream); // h = silu(gate) * up of rmsnorm(x)
+//   linear_add(L.o, att, x, T, lin, stream);                             // x += W att
+//   linear(L.lm_head, xb, logits, T, lin, stream);                       // logits = W xb
 //
 // Decode (T == 1) runs our GEMV (gemv.cuh) in the weights' own format, with the RMSNorm fused into its
 // input staging and the SwiGLU into its epilogue: 4 matmul launches per layer. Prefill (T > 1) normalises
-// into xb and runs one cuBLAS GEMM per projection (beta = 1 adds the residual); quantized weights are
-// first dequantized into wb, then multiplied in bf16 on the tensor cores. Dequantization only reads and
-// writes memory while a 2k-token GEMM is bound by the tensor cores, so with a DequantRing the two overlap:
-// each projection's weights are turned to bf16 on a side stream while the GEMM before it runs.
+// into xb and runs one cuBLAS GEMM per projection (beta = 1 adds the residual; a bias is written into the
+// output first); quantized weights are first dequantized into a bf16 buffer, then multiplied on the tensor
+// cores. Dequantization only reads and writes memory while a 2k-token GEMM is bound by the tensor cores, so
+// the two overlap: each projection's weights are turned to bf16 on a side stream while the GEMM before it
+// runs (DequantRing).
+// The plan is what lets the model's forward() read as the math alone: from the order of the projections the
+// kit knows, at each call, which projection comes next, and fetches it early:
+//   - prefill: the next projection (in the layer, or the next layer's first) is dequantized during this GEMM;
+//   - decode: in a group after an attention, each GEMV asks L2 for the first 8 MB of the next one in its group,
+//     the group's first only after its wait (its blocks sit beside the attention kernel: l2_ahead, gemv.cuh).
+//     So o_proj warms gate_up and gate_up warms down_proj; qkv (before the attention) and the group's last
+//     warm nothing: both were measured no faster or slower (kb/log.md, fifth and fourteenth sessions).
 #pragma once
 
+#include <functional>
+#include <string>
+#include <unordered_map>
+
+#include "gpu/profile.cuh"
 #include "ops/gemm.cuh"
 #include "ops/gemv.cuh"
 #include "ops/quant.cuh"
@@ -81,71 +93,189 @@ struct DequantRing {
     }
 };
 
-struct LinearScratch {
-    Gemm* gemm = nullptr;
+// The order a model's forward() multiplies in (see the top of this file).
+struct LinearPlan {
+    struct Entry {
+        const Linear* next = nullptr;  // the projection after this one (prefill: dequantized ahead)
+        L2Prefetch l2;                 // what this one's decode GEMV warms in L2
+        std::string input_tap;         // --dump-inputs: "layer_03_o_in", the name tools/quantize --calib reads
+    };
+    std::unordered_map<const Linear*, Entry> at;
+    std::vector<const Linear*> order;  // every projection, in call order (the head last)
+    const Linear* head_ = nullptr;
+
+    // One layer's projections: groups in call order, each group's projections in call order; an attention
+    // (or another operation that reads all of a group's output) separates the groups.
+    void layer(std::initializer_list<std::initializer_list<const Linear*>> groups) {
+        bool after_attention = false;
+        for (const auto& g : groups) {
+            std::vector<const Linear*> v(g);
+            for (size_t i = 0; i < v.size(); i++) {
+                add(v[i]);
+                if (after_attention && i + 1 < v.size()) at[v[i]].l2 = l2_ahead(*v[i + 1], i == 0);
+                at[v[i]].input_tap = strf("layer_%02d_%s_in", layers, input_role(v[i]->label).c_str());
+            }
+            after_attention = true;
+        }
+        layers++;
+    }
+    // The output projection (lm_head): last in the order; its prefill scratch is needed only when dumping.
+    // (Nothing dequantizes it ahead: a prefill multiplies with it as a GEMM only when dumping every row.)
+    void head(const Linear* h) {
+        if (at.count(h)) die("linear plan: projection '%s' listed twice", h->label);
+        at[h];
+        order.push_back(h), head_ = h;
+    }
+
+    const Entry* find(const Linear& L) const {
+        auto it = at.find(&L);
+        return it == at.end() ? nullptr : &it->second;
+    }
+
+private:
+    int layers = 0;
+    // The calibration names tools/quantize --calib reads for the dense layer's projections; others by label.
+    static std::string input_role(const std::string& label) {
+        if (label == "q_proj+k_proj+v_proj") return "attn";
+        if (label == "o_proj") return "o";
+        if (label == "gate_proj+up_proj") return "mlp";
+        if (label == "down_proj") return "down";
+        return label;
+    }
+    void add(const Linear* L) {
+        if (at.count(L)) die("linear plan: projection '%s' listed twice", L->label);
+        if (!order.empty()) at[order.back()].next = L;
+        at[L];
+        order.push_back(L);
+    }
+};
+
+// Everything the projections of one model share: the plan, the cuBLAS handle and the prefill buffers.
+struct Linears {
+    LinearPlan plan;
+    Gemm gemm;
     bf16* xb = nullptr;  // [T_max][K_max] normalised input (prefill)
     float* f = nullptr;  // [T_max][N_max] GEMM output before SwiGLU (prefill)
-    bf16* wb = nullptr;  // [N_max][K_max] dequantized weights (prefill of FP8/INT4), when there is no ring
-    size_t wb_elems = 0;
-    DequantRing* ring = nullptr;  // or two buffers, filled ahead (dequant_ahead)
+    DequantRing ring;    // two bf16 buffers for dequantized weights (prefill of FP8/INT4 weights), or none
+    bool has_ring = false;
+    bool ahead = true;   // dequantize the next projection during this GEMM (false: each just before its GEMM)
+    // --dump-inputs: called with each planned projection's input as its GEMM multiplies it (bf16 rows).
+    std::function<void(const std::string& name, const bf16* x, int rows, int cols, cudaStream_t)> on_input;
 };
 
-// Prefill of T tokens: start turning `next`'s weights to bf16 while the GEMMs already queued run.
-inline void dequant_ahead(const Linear& next, int T, LinearScratch& sc) {
-    if (T > 1 && next.fmt != WFormat::BF16 && sc.ring) sc.ring->start(next);
-}
-
-// The bf16 weights a prefill GEMM multiplies with: L's own, or L dequantized (ring buffer `slot`, or wb).
-struct PrefillWeights {
-    const bf16* w;
-    int slot;  // the ring buffer to release after the GEMM, or -1
-};
-inline PrefillWeights prefill_weights(const Linear& L, LinearScratch& sc, cudaStream_t s) {
-    if (L.fmt == WFormat::BF16) return {static_cast<const bf16*>(L.w), -1};
-    if (sc.ring) {
-        int k = sc.ring->acquire(L, s);
-        return {sc.ring->buf[k], k};
+// Sizes the prefill buffers for T_max rows from the plan: xb for the widest input, f for the widest SwiGLU
+// projection, and the dequantization ring for the largest quantized projection (the head only when dumping
+// every row's logits).
+inline void linears_alloc(Linears& lin, int T_max, bool dumping, GpuMemory& mem) {
+    size_t k_max = 0, n_max = 0, deq = 0, deq_layer = 0;
+    for (const Linear* L : lin.plan.order) {
+        bool head = L == lin.plan.head_;
+        if (!head) k_max = std::max(k_max, (size_t)L->K), n_max = std::max(n_max, (size_t)L->N);
+        if (L->fmt == WFormat::BF16 || (head && !dumping)) continue;
+        deq = std::max(deq, (size_t)L->N * L->K);
+        if (!head) deq_layer = std::max(deq_layer, (size_t)L->N * L->K);
     }
-    if ((size_t)L.N * L.K > sc.wb_elems) die("prefill: no dequantization scratch for a %d x %d %s projection", L.N, L.K, wformat_name(L.fmt));
-    dequant_to_bf16(L, sc.wb, s);
-    return {sc.wb, -1};
-}
-// After the GEMM that reads pw is queued: its buffer may be refilled once that GEMM is done.
-inline void prefill_weights_done(const PrefillWeights& pw, LinearScratch& sc, cudaStream_t s) {
-    if (pw.slot >= 0) sc.ring->release(pw.slot, s);
-}
-
-// y (+)= W x for T > 1 rows: the GEMM on L's bf16 weights.
-inline void prefill_gemm(const Linear& L, const bf16* x, float* y, int T, bool add, LinearScratch& sc, cudaStream_t s) {
-    PrefillWeights pw = prefill_weights(L, sc, s);
-    gemm_bf16(*sc.gemm, x, pw.w, y, T, L.N, L.K, add, s);
-    prefill_weights_done(pw, sc, s);
+    lin.xb = mem.alloc<bf16>((size_t)T_max * k_max, "activations");
+    lin.f = mem.alloc<float>((size_t)T_max * n_max, "activations");
+    if (deq) {
+        lin.ring.init(mem.alloc<bf16>(deq, "workspace"), deq, mem.alloc<bf16>(std::max<size_t>(deq_layer, 1), "workspace"), deq_layer);
+        lin.has_ring = true;
+    }
 }
 
-inline void linear(const Linear& L, const bf16* x, float* y, int T, LinearScratch& sc, cudaStream_t s) {
-    if (T == 1) return gemv(L, x, y, s);
-    prefill_gemm(L, x, y, T, false, sc, s);
+static __global__ void bias_rows_kernel(float* __restrict__ y, const bf16* __restrict__ b, int N, size_t n, bool add) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float v = __bfloat162float(b[i % N]);
+        y[i] = add ? y[i] + v : v;
+    }
 }
 
-inline void linear_add(const Linear& L, const bf16* x, float* y, int T, LinearScratch& sc, cudaStream_t s, L2Prefetch pf = {}) {
-    if (T == 1) return gemv_add(L, x, y, s, pf);
-    prefill_gemm(L, x, y, T, true, sc, s);
+// y (+)= W x + b for T > 1 rows: the GEMM on L's bf16 weights (dequantized first when quantized), then
+// the next projection's dequantization is started on the side stream.
+inline void prefill_gemm(const Linear& L, const bf16* x, float* y, int T, bool add, Linears& lin, cudaStream_t s) {
+    const LinearPlan::Entry* e = lin.plan.find(L);
+    int slot = -1;
+    const bf16* w = static_cast<const bf16*>(L.w);
+    if (L.fmt != WFormat::BF16) {
+        if (!lin.has_ring) die("prefill: no dequantization scratch for the %d x %d %s projection '%s'", L.N, L.K, wformat_name(L.fmt), L.label);
+        OpScope op("dequantize", s);
+        slot = lin.ring.acquire(L, s);
+        w = lin.ring.buf[slot];
+    }
+    if (L.bias) {  // y = b (or y += b), then y += W x
+        OpScope op("bias", s);
+        size_t n = (size_t)T * L.N;
+        bias_rows_kernel<<<(unsigned)std::min<size_t>(CEIL_DIV(n, 256), 4096), 256, 0, s>>>(y, static_cast<const bf16*>(L.bias), L.N, n, add);
+        LAUNCH_CHECK();
+    }
+    {
+        OpScope op("gemm", s, 2.0 * T * L.N * L.K, L.label);
+        gemm_bf16(lin.gemm, x, w, y, T, L.N, L.K, add || L.bias, s);
+    }
+    if (slot >= 0) lin.ring.release(slot, s);
+    // While this GEMM runs, the next projection's weights turn to bf16 (not while profiling: each op alone).
+    if (e && e->next && e->next->fmt != WFormat::BF16 && lin.has_ring && lin.ahead && !op_profile().on()) lin.ring.start(*e->next);
 }
 
-inline void linear_rmsnorm(const Linear& L, const float* x, const bf16* norm_w, float eps, float* y, int T,
-                           LinearScratch& sc, cudaStream_t s) {
-    if (T == 1) return gemv_rmsnorm(L, x, norm_w, eps, y, s);
-    rmsnorm(x, norm_w, sc.xb, T, L.K, eps, s);
-    prefill_gemm(L, sc.xb, y, T, false, sc, s);
+// The decode GEMV's L2 warm-up for L, from the plan.
+inline L2Prefetch plan_l2(const Linear& L, const Linears& lin) {
+    const LinearPlan::Entry* e = lin.plan.find(L);
+    return e ? e->l2 : L2Prefetch{};
+}
+
+// --dump-inputs: hands L's input (bf16 rows) to lin.on_input under the plan's name for it.
+inline void dump_input(const Linear& L, const bf16* x, int T, Linears& lin, cudaStream_t s) {
+    const LinearPlan::Entry* e = lin.plan.find(L);
+    if (lin.on_input && e && !e->input_tap.empty()) lin.on_input(e->input_tap, x, T, L.K, s);
+}
+// ... of a projection whose input is rmsnorm(x), made here for the dump (a decode step's GEMV normalises in
+// its staging and never writes the rows out).
+inline void dump_normed_input(const Linear& L, const float* x, const bf16* norm_w, float eps, int T, Linears& lin, cudaStream_t s) {
+    if (!lin.on_input) return;
+    rmsnorm(x, norm_w, lin.xb, T, L.K, eps, s);
+    dump_input(L, lin.xb, T, lin, s);
+}
+
+inline void linear(const Linear& L, const bf16* x, float* y, int T, Linears& lin, cudaStream_t s) {
+    if (T == 1) {
+        OpScope op("gemv", s, 0, L.label);
+        return gemv(L, x, y, s);
+    }
+    prefill_gemm(L, x, y, T, false, lin, s);
+}
+
+inline void linear_add(const Linear& L, const bf16* x, float* y, int T, Linears& lin, cudaStream_t s) {
+    dump_input(L, x, T, lin, s);
+    if (T == 1) {
+        OpScope op("gemv", s, 0, L.label);
+        return gemv_add(L, x, y, s, plan_l2(L, lin));
+    }
+    prefill_gemm(L, x, y, T, true, lin, s);
+}
+
+inline void linear_rmsnorm(const Linear& L, const float* x, const bf16* norm_w, float eps, float* y, int T, Linears& lin,
+                           cudaStream_t s) {
+    dump_normed_input(L, x, norm_w, eps, T, lin, s);
+    if (T == 1) {
+        OpScope op("gemv", s, 0, L.label);
+        return gemv_rmsnorm(L, x, norm_w, eps, y, s);
+    }
+    rmsnorm(x, norm_w, lin.xb, T, L.K, eps, s);
+    prefill_gemm(L, lin.xb, y, T, false, lin, s);
 }
 
 // L holds gate_proj and up_proj interleaved by rows (2i = gate_i, 2i+1 = up_i); h is bf16 [T][N / 2].
-inline void linear_rmsnorm_swiglu(const Linear& L, const float* x, const bf16* norm_w, float eps, bf16* h, int T,
-                                  LinearScratch& sc, cudaStream_t s, L2Prefetch pf = {}) {
-    if (T == 1) return gemv_rmsnorm_swiglu(L, x, norm_w, eps, h, s, pf);
-    rmsnorm(x, norm_w, sc.xb, T, L.K, eps, s);
-    prefill_gemm(L, sc.xb, sc.f, T, false, sc, s);
-    swiglu_interleaved(sc.f, h, T, L.N / 2, s);
+inline void linear_rmsnorm_swiglu(const Linear& L, const float* x, const bf16* norm_w, float eps, bf16* h, int T, Linears& lin,
+                                  cudaStream_t s) {
+    dump_normed_input(L, x, norm_w, eps, T, lin, s);
+    if (T == 1) {
+        OpScope op("gemv", s, 0, L.label);
+        return gemv_rmsnorm_swiglu(L, x, norm_w, eps, h, s, plan_l2(L, lin));
+    }
+    rmsnorm(x, norm_w, lin.xb, T, L.K, eps, s);
+    prefill_gemm(L, lin.xb, lin.f, T, false, lin, s);
+    OpScope op("swiglu", s);
+    swiglu_interleaved(lin.f, h, T, L.N / 2, s);
 }
 
 }  // namespace monocu

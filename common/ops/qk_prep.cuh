@@ -6,6 +6,7 @@
 //     qkv      float [T][(n_heads + 2 n_kv) * head_dim]  (q heads, then k heads, then v heads)
 //     d_pos    device int: position of the first of the T tokens
 //     q_norm_w, k_norm_w  bf16 [head_dim], or nullptr for families without q/k norm
+//     rope     the (cos, sin) table (ops/rope.cuh); a table with cos_sin null: no rotation (a NoPE layer)
 //     q        fp16 [T][n_heads][head_dim]                (normed, rotated; for the prefill attention, which
 //                                                          computes in fp16: attention.cuh)
 //     kv       this layer's cache (kv_cache.cuh), bf16 or FP8; rows pos..pos+T-1 written
@@ -40,7 +41,7 @@ __global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, const i
     const int pos = *d_pos + t;
     float x[8];
     load_float8(qkv + ((size_t)t * n_all + h) * HD + dl * 8, x);
-    head_norm_rope_8<LPK>(x, is_q ? q_norm_w : k_norm_w, rope + (size_t)pos * (HD / 2), dl, eps, !is_v);
+    head_norm_rope_8<LPK>(x, is_q ? q_norm_w : k_norm_w, rope, pos, dl, eps, !is_v);
     uint4 packed;
     float scale = kv_pack_8<KV, LPK>(x, packed);  // every lane: the FP8 scale is a shuffle over the head's lanes
     if (head >= n_all) return;
@@ -68,7 +69,7 @@ inline void qk_norm_rope_cache(const float* qkv, int T, const int* d_pos, const 
                                int ctx, float eps, cudaStream_t stream, const KvLayer& fresh = KvLayer{}, int fresh_rows = 0) {
     if (hd != 64 && hd != 128) die("qk_norm_rope_cache: head_dim %d is not supported (64, 128)", hd);
     if (kv_type == KvType::F16) die("qk_norm_rope_cache: the cache is bf16 or FP8 (fp16 is only the copy beside it)");
-    if (rope.half != hd / 2 || rope.max_pos < ctx) die("qk_norm_rope_cache: rope table does not match head_dim/context");
+    if (rope.cos_sin && (rope.half != hd / 2 || rope.max_pos < ctx)) die("qk_norm_rope_cache: rope table does not match head_dim/context");
     if (fresh.k && T > fresh_rows) die("qk_norm_rope_cache: %d tokens do not fit the %d rows of the fp16 copy", T, fresh_rows);
     if (T <= 0) return;
     if (hd == 64)

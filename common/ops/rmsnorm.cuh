@@ -10,6 +10,7 @@
 
 #include "gpu/memory.cuh"
 #include "gpu/pdl.cuh"
+#include "gpu/profile.cuh"
 #include "gpu/reduce.cuh"
 
 namespace monocu {
@@ -28,6 +29,7 @@ static __global__ void rmsnorm_kernel(const float* __restrict__ x, const bf16* _
 
 inline void rmsnorm(const float* x, const bf16* w, bf16* out, int T, int dim, float eps, cudaStream_t stream) {
     if (T <= 0) return;
+    OpScope op("rmsnorm", stream);
     launch(rmsnorm_kernel, T, 256, 0, stream, x, w, out, dim, eps);
 }
 

@@ -93,6 +93,15 @@ inline void sampler_reset(Sampler& s, cudaStream_t stream) {
     LAUNCH_CHECK();
 }
 
+// Forget the seen tokens only (a new prompt in the same generation: the RNG counter goes on).
+static __global__ void clear_seen_kernel(unsigned char* seen, int vocab) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < vocab; i += gridDim.x * blockDim.x) seen[i] = 0;
+}
+inline void sampler_clear_seen(Sampler& s, cudaStream_t stream) {
+    clear_seen_kernel<<<CEIL_DIV(s.vocab, 256), 256, 0, stream>>>(s.seen, s.vocab);
+    LAUNCH_CHECK();
+}
+
 inline void sampler_mark_seen(Sampler& s, const int* d_ids, int n, cudaStream_t stream) {
     if (n <= 0) return;
     mark_seen_kernel<<<CEIL_DIV(n, 256), 256, 0, stream>>>(d_ids, n, s.seen, s.vocab);

@@ -15,15 +15,23 @@
 //                  Unigram, WordLevel: rejected.)
 //   normalizer     null, Sequence, NFC, NFD, Replace (String or Regex pattern), Prepend.
 //   pre_tokenizer  null, Sequence, Split (String or Regex pattern, all five behaviors, invert),
-//                  ByteLevel (add_prefix_space, use_regex with GPT-2's pattern).
-//   decoder        null, Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip.
-//   (Metaspace, WordPiece, Unigram...: rejected by name, not guessed at.)
-//   post_processor not applied (encode adds no BOS/EOS); TemplateProcessing tells add_bos().
+//                  ByteLevel (add_prefix_space, use_regex with GPT-2's pattern), Digits (individual_digits),
+//                  Metaspace (replacement, prepend_scheme always / first / never, split; the older
+//                  add_prefix_space form as HF reads it). "first" prefixes only the piece that starts
+//                  at the text's offset 0, so not the text after a leading special token.
+//   decoder        null, Sequence, ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip.
+//   (WordPiece, Unigram, BertPreTokenizer, Precompiled...: rejected by name, not guessed at.)
+//   So SentencePiece-style BPE in both forms transformers writes: Prepend("▁") + Replace(" ", "▁")
+//   normalizers (legacy, Llama 2, Mistral v0.1) or a Metaspace pre-tokenizer (Mistral v0.3,
+//   legacy=false), with byte fallback <0xNN>. tokenizer_config.json's "legacy" is not read: HF
+//   `tokenizers` (the reference) encodes what tokenizer.json says.
+//   post_processor not applied (encode adds no BOS/EOS); the token a TemplateProcessing puts first
+//                  tells add_bos() (and bos_id() when the config names no bos_token).
 //   added_tokens   matched before the model, leftmost-longest, with lstrip / rstrip / single_word /
 //                  normalized, exactly in HF's order: non-normalized ones in the raw text, then the
 //                  normalizer, then the normalized ones.
-//   tokenizer_config.json: bos_token, eos_token, add_bos_token, chat_template (or chat_template.jinja); generation_config.json
-//                  and config.json (if present): eos_token_id.
+//   tokenizer_config.json: bos_token, eos_token, add_bos_token (over the post-processor), chat_template
+//                  (or chat_template.jinja); generation_config.json and config.json (if present): eos_token_id.
 //
 // Regex: Split patterns run on a small backtracking engine (leftmost-first, greedy, like Oniguruma,
 // which HF uses) that knows what real checkpoints use: classes with \p{..}, \s \d \w, ranges, negation,
@@ -203,12 +211,16 @@ struct LiteralTrie {
 
 // One step of the normalizer / pre-tokenizer / decoder pipelines, as read from tokenizer.json.
 struct TokStep {
-    std::string type;                    // "NFC", "Replace", "Split", "ByteLevel", "Strip", ...
-    std::string str_pattern, content;    // String pattern; Replace content; Prepend text; Strip char
+    std::string type;                    // "NFC", "Replace", "Split", "ByteLevel", "Metaspace", "Strip", ...
+    std::string str_pattern, content;    // String pattern; Replace content; Prepend text; Strip char;
+                                         // Metaspace replacement (one character, "▁" in practice)
     std::shared_ptr<Regex> regex;        // Regex pattern (Split, Replace); GPT-2's for ByteLevel use_regex
     std::string behavior;                // Split
     bool invert = false, add_prefix_space = false;
     int start = 0, stop = 0;             // Strip
+    enum Prepend : uint8_t { ALWAYS, FIRST, NEVER } prepend = ALWAYS;  // Metaspace prepend_scheme
+    bool split = true;                   // Metaspace: cut before every replacement character
+    bool individual_digits = false;      // Digits
 };
 
 struct Tokenizer {
@@ -279,7 +291,7 @@ private:
     struct Segment { size_t start, end; int token; };  // token >= 0: an added token (index into added_)
     void split_added(const std::string& s, const LiteralTrie& trie, std::vector<Segment>& out,
                      const ByteRanges* plain_ranges = nullptr, size_t base = 0) const;
-    void pre_tokenize(std::string& buf, std::vector<std::pair<uint32_t, uint32_t>>& spans) const;
+    void pre_tokenize(std::string& buf, std::vector<std::pair<uint32_t, uint32_t>>& spans, bool at_text_start) const;
     void bpe(const char* word, size_t n, std::vector<int>& out) const;
     void bpe_initial_symbols(const char* word, size_t n, std::vector<int>& ids) const;
     std::vector<std::string> decode_chain(std::vector<std::string> tokens) const;
@@ -465,11 +477,64 @@ inline void tok_byte_level(const TokStep& p, std::string& buf, TokSpans& spans) 
     buf.swap(out);
 }
 
-// Runs the pre-tokenizers over buf; spans are the pieces (non-empty). Split only cuts spans; ByteLevel
-// rewrites buf in the byte-level alphabet.
-inline void Tokenizer::pre_tokenize(std::string& buf, TokSpans& spans) const {
+// Metaspace (SentencePiece's view of spaces): every ' ' becomes the replacement character (U+2581),
+// a piece that does not start with one gets one in front (prepend_scheme "always"; "first": only the
+// piece that starts the input text; "never": none), then with split the piece is cut before every
+// replacement character: "Hey  you" -> "▁Hey", "▁", "▁you".
+inline void tok_metaspace(const TokStep& p, std::string& buf, TokSpans& spans, bool at_text_start) {
+    const std::string& rep = p.content;
+    std::string out;
+    out.reserve(buf.size() + spans.size() * rep.size() + 16);
+    TokSpans next;
+    for (auto& sp : spans) {
+        size_t a = out.size();
+        bool starts_with_rep = buf[sp.first] == ' ' || buf.compare(sp.first, rep.size(), rep) == 0;
+        // A span's original offset is 0 only when it is the first piece of the text's first segment.
+        bool first_piece = at_text_start && sp.first == 0;
+        if (!starts_with_rep && (p.prepend == TokStep::ALWAYS || (p.prepend == TokStep::FIRST && first_piece))) out += rep;
+        for (uint32_t i = sp.first; i < sp.second; i++) {
+            if (buf[i] == ' ') out += rep;
+            else out += buf[i];
+        }
+        if (!p.split) { next.push_back({uint32_t(a), uint32_t(out.size())}); continue; }
+        size_t piece = a;  // cut before each replacement character (HF: split on it, MergedWithNext)
+        for (size_t hit = out.find(rep, a + 1); hit != std::string::npos; hit = out.find(rep, hit + rep.size())) {
+            next.push_back({uint32_t(piece), uint32_t(hit)});
+            piece = hit;
+        }
+        if (out.size() > piece) next.push_back({uint32_t(piece), uint32_t(out.size())});
+    }
+    buf.swap(out);
+    spans.swap(next);
+}
+
+// Digits: numbers apart from the rest; each digit alone with individual_digits, else runs of digits.
+// "Digit" is Rust's char::is_numeric: the categories Nd, Nl and No (so "½" and "Ⅻ" too).
+inline void tok_digits(const TokStep& p, const std::string& buf, TokSpans& spans) {
+    TokSpans next;
+    for (auto& sp : spans) {
+        uint32_t piece = sp.first;
+        int prev_kind = -1;  // 0: other, 1: numeric
+        for (size_t i = sp.first; i < sp.second;) {
+            size_t at = i;
+            bool numeric = ucat_bit(unicode_category(utf8_next(buf.data(), sp.second, i))) & UCAT_N;
+            bool cut = at > piece && (numeric ? p.individual_digits || prev_kind != 1 : prev_kind != 0);
+            if (cut) { next.push_back({piece, uint32_t(at)}); piece = uint32_t(at); }
+            prev_kind = numeric;
+        }
+        if (sp.second > piece) next.push_back({piece, sp.second});
+    }
+    spans.swap(next);
+}
+
+// Runs the pre-tokenizers over buf; spans are the pieces (non-empty). Split and Digits only cut spans;
+// ByteLevel rewrites buf in the byte-level alphabet, Metaspace with its replacement character.
+// at_text_start: buf starts at the input text's offset 0 (Metaspace's prepend_scheme "first").
+inline void Tokenizer::pre_tokenize(std::string& buf, TokSpans& spans, bool at_text_start) const {
     for (const TokStep& p : pre_tokenizers_) {
         if (p.type == "ByteLevel") tok_byte_level(p, buf, spans);
+        else if (p.type == "Metaspace") tok_metaspace(p, buf, spans, at_text_start);
+        else if (p.type == "Digits") tok_digits(p, buf, spans);
         else tok_split_spans(p, p.behavior, buf, spans);
     }
 }
@@ -591,7 +656,7 @@ inline std::vector<int> Tokenizer::encode_impl(const std::string& text, bool pla
             if (piece.end == piece.start) continue;
             buf.assign(normalized, piece.start, piece.end - piece.start);
             spans.assign(1, {0u, uint32_t(buf.size())});
-            pre_tokenize(buf, spans);
+            pre_tokenize(buf, spans, seg.start == 0 && piece.start == 0);
             for (auto& sp : spans) {
                 size_t len = sp.second - sp.first;
                 if (len > 256) { bpe(buf.data() + sp.first, len, out); continue; }
@@ -655,6 +720,9 @@ inline std::vector<std::string> Tokenizer::decode_chain(std::vector<std::string>
             }
             flush();
             tokens.swap(out);
+        } else if (d.type == "Metaspace") {  // replacement -> ' '; in the first token it is dropped instead
+            for (size_t k = 0; k < tokens.size(); k++)
+                tokens[k] = tok_replace_all(tokens[k], d.content, k == 0 && d.prepend != TokStep::NEVER ? "" : " ");
         } else if (d.type == "Fuse") {
             std::string all;
             for (auto& t : tokens) all += t;

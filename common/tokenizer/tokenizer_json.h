@@ -207,10 +207,35 @@ struct TokenizerLoader {
         } else if (type == "ByteLevel") {
             s.add_prefix_space = get_bool(j, "add_prefix_space", "pre_tokenizer ByteLevel", true);
             if (get_bool(j, "use_regex", "pre_tokenizer ByteLevel", true)) s.regex = std::make_shared<Regex>(Regex::compile(GPT2_SPLIT_PATTERN, "ByteLevel"));
+        } else if (type == "Metaspace") {
+            read_metaspace(j, s, "pre_tokenizer Metaspace");
+        } else if (type == "Digits") {
+            if (!j.contains("individual_digits")) die("%s: pre_tokenizer Digits: missing \"individual_digits\"", file.c_str());
+            s.individual_digits = get_bool(j, "individual_digits", "pre_tokenizer Digits", false);
         } else {
             unsupported("pre_tokenizer", type.empty() ? j.dump().substr(0, 60) : type);
         }
         t.pre_tokenizers_.push_back(std::move(s));
+    }
+
+    // Metaspace (pre-tokenizer or decoder): replacement, prepend_scheme (default "always"), split
+    // (default true). The older form's add_prefix_space: true changes nothing, false means "never" and,
+    // as in HF, contradicts any other prepend_scheme, the default included.
+    void read_metaspace(const tok_json& j, TokStep& s, const char* where) {
+        s.content = get_string(j, "replacement", where);
+        size_t end = 0;
+        if (s.content.empty() || !utf8_is_valid(s.content) || (utf8_next(s.content.data(), s.content.size(), end), end != s.content.size()))
+            die("%s: %s: replacement must be one character", file.c_str(), where);
+        std::string scheme = get_string(j, "prepend_scheme", where, "always");
+        if (scheme == "always") s.prepend = TokStep::ALWAYS;
+        else if (scheme == "first") s.prepend = TokStep::FIRST;
+        else if (scheme == "never") s.prepend = TokStep::NEVER;
+        else die("%s: %s: prepend_scheme '%s' is not one of always, first, never", file.c_str(), where, scheme.c_str());
+        if (!get_bool(j, "add_prefix_space", where, true)) {
+            if (s.prepend != TokStep::NEVER)
+                die("%s: %s: add_prefix_space false contradicts prepend_scheme '%s'", file.c_str(), where, scheme.c_str());
+        }
+        s.split = get_bool(j, "split", where, true);
     }
 
     void read_decoder(const tok_json& j) {
@@ -221,6 +246,8 @@ struct TokenizerLoader {
         TokStep s;
         s.type = type;
         if (type == "ByteLevel" || type == "ByteFallback" || type == "Fuse") {
+        } else if (type == "Metaspace") {
+            read_metaspace(j, s, "decoder Metaspace");
         } else if (type == "Replace") {
             read_pattern(j, s, "decoder Replace");
             if (s.regex) unsupported("decoder Replace with a", "Regex pattern");
@@ -379,10 +406,14 @@ struct TokenizerLoader {
         t.bos_id_ = cfg.is_object() ? config_token(cfg, "bos_token") : -1;
         int eos = cfg.is_object() ? config_token(cfg, "eos_token") : -1;
         if (eos >= 0) t.eos_ids_.push_back(eos);
-        // add_bos: the config's add_bos_token if stated, else whether HF's post-processor prepends a token.
+        // The token HF's post-processor puts first (encode with add_special_tokens): the BOS when the config
+        // names none. add_bos: the config's add_bos_token if stated (LlamaTokenizerFast rebuilds its
+        // template from it), else whether the post-processor prepends.
+        int pp_first = post_processor_first(root.contains("post_processor") ? root["post_processor"] : tok_json());
+        if (t.bos_id_ < 0) t.bos_id_ = pp_first;
         auto ab = cfg.is_object() ? cfg.find("add_bos_token") : cfg.end();
         if (cfg.is_object() && ab != cfg.end() && ab->is_boolean()) t.add_bos_ = ab->get<bool>() && t.bos_id_ >= 0;
-        else t.add_bos_ = post_processor_prepends(root.contains("post_processor") ? root["post_processor"] : tok_json()) && t.bos_id_ >= 0;
+        else t.add_bos_ = pp_first >= 0 && t.bos_id_ >= 0;
         if (cfg.is_object()) {
             auto ct = cfg.find("chat_template");
             if (ct != cfg.end() && ct->is_string()) t.chat_template_ = ct->get<std::string>();
@@ -405,15 +436,28 @@ struct TokenizerLoader {
         if (id >= 0 && std::find(t.eos_ids_.begin(), t.eos_ids_.end(), id) == t.eos_ids_.end()) t.eos_ids_.push_back(id);
     }
 
-    bool post_processor_prepends(const tok_json& pp) {
+    // The id of the special token a TemplateProcessing (alone or in a Sequence) puts before the text
+    // ("single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": ...}]), or -1. The id comes from the
+    // template's special_tokens map, else from the vocabulary.
+    int post_processor_first(const tok_json& pp) {
         std::string type = type_of(pp);
         if (type == "Sequence" && pp.contains("processors") && pp["processors"].is_array()) {
-            for (auto& p : pp["processors"]) if (post_processor_prepends(p)) return true;
-            return false;
+            for (auto& p : pp["processors"]) if (int id = post_processor_first(p); id >= 0) return id;
+            return -1;
         }
-        if (type == "TemplateProcessing" && pp.contains("single") && pp["single"].is_array() && !pp["single"].empty())
-            return pp["single"][0].is_object() && pp["single"][0].contains("SpecialToken");
-        return false;
+        if (type != "TemplateProcessing" || !pp.contains("single") || !pp["single"].is_array() || pp["single"].empty()) return -1;
+        const tok_json& first = pp["single"][0];
+        if (!first.is_object() || !first.contains("SpecialToken") || !first["SpecialToken"].is_object()) return -1;
+        const tok_json& name = first["SpecialToken"].value("id", tok_json());
+        if (!name.is_string()) return -1;
+        const tok_json& map = pp.value("special_tokens", tok_json());
+        auto entry = map.is_object() ? map.find(name.get<std::string>()) : map.end();
+        if (entry != map.end() && entry->is_object()) {
+            const tok_json& ids = entry->value("ids", tok_json());
+            if (ids.is_array() && !ids.empty() && ids[0].is_number_unsigned() && ids[0].get<uint64_t>() < uint64_t(t.vocab_size()))
+                return int(ids[0].get<uint64_t>());
+        }
+        return t.token_id(name.get<std::string>());
     }
 };
 

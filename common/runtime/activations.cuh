@@ -1,0 +1,30 @@
+// runtime/activations.cuh — the activation buffers of a pre-norm decoder's forward pass (Llama, Qwen3 and
+// their kin share them), sized for the runner's largest pass.
+//
+// Usage:
+//   DecoderActivations s = decoder_activations(rt, dim, q_dim, kv_dim, ffn, vocab);   // in an engine's alloc()
+//
+// The KV cache is not here: it is the kit's (rt.attn, attention_layer.cuh), addressed by sequence.
+#pragma once
+
+#include "runtime/runtime.cuh"
+
+namespace monocu {
+
+struct DecoderActivations {
+    float* x;       // [T][dim]               residual stream
+    float* qkv;     // [T][q_dim + 2 kv_dim]  q, k, v projections (and biases) before norm / rope
+    bf16* att;      // [T][q_dim]             attention output
+    bf16* h;        // [T][ffn]               silu(gate) * up
+    bf16* xn;       // [T][dim]               the final norm's output
+    float* logits;  // [T][vocab]             (T rows only when dumping every position; else 1)
+};
+
+inline DecoderActivations decoder_activations(Runtime& rt, int dim, int q_dim, int kv_dim, int ffn, int vocab) {
+    DecoderActivations s;
+    s.x = rt.rows<float>(dim), s.qkv = rt.rows<float>(q_dim + 2 * kv_dim), s.att = rt.rows<bf16>(q_dim);
+    s.h = rt.rows<bf16>(ffn), s.xn = rt.rows<bf16>(dim), s.logits = rt.logit_rows(vocab);
+    return s;
+}
+
+}  // namespace monocu

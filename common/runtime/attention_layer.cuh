@@ -1,0 +1,103 @@
+// runtime/attention_layer.cuh — one call per layer for self-attention over the KV cache, whatever the batch:
+// the queries and the new cache rows made from the raw q/k/v projections (per-head norm, RoPE), then softmax
+// attention over the sequence's cached positions.
+//
+// Usage:
+//   Attention a = attention_create(AttnSpec{layers, n_heads, n_kv, head_dim, eps}, KvType::FP8, ctx, slots,
+//                                  max_tokens, prefill_via_cache, mem);      // the runner, once
+//   AttnLayer L{q_norm_w, k_norm_w, &rope, params};   // the engine, per layer: norms (null: none), rope
+//                                                     // (null: a NoPE layer), window (attn_params.cuh)
+//   attention(a, L, layer, qkv, batch, out, stream);  // qkv float [T][(n_heads + 2 n_kv) head_dim] (q heads,
+//                                                     // k heads, v heads); out bf16 [T][n_heads head_dim]
+//
+// The choice of kernels lives here, not in the engines (one path in their forward()):
+//   - a decode step (T = 1): flash_decode_fused makes the queries and the new cache row inside the attention
+//     launch (flash_decode.cuh): two launches per layer;
+//   - a prefill chunk: qk_norm_rope_cache writes q (fp16) and the cache rows, then prefill_attention. A chunk at
+//     position 0 attends to its own keys and values in fp16 (`fresh`, written beside the cache), as transformers
+//     attends over a prompt: the cache's rounding (bf16 or e4m3) then applies from the first decoded token.
+//     fp16 keeps 3 more bits than a bf16 cache (attention.cuh says why that matters). Later chunks need earlier
+//     positions, which only the cache holds; so does prefill_via_cache (--kv-prefill-cache), with which
+//     oracle/quant_eval.py measures what the FP8 cache's rounding costs;
+//   - several sequences in one pass (the batched core): refused until that issue lands.
+#pragma once
+
+#include "ops/attention.cuh"
+#include "ops/flash_decode.cuh"
+#include "ops/qk_prep.cuh"
+#include "gpu/profile.cuh"
+#include "runtime/batch.cuh"
+
+namespace monocu {
+
+// The model's attention, as the kit's state needs it.
+struct AttnSpec {
+    int layers = 0;  // layers with a KV cache
+    int n_heads = 0, n_kv = 0, head_dim = 0;
+    float eps = 1e-6f;  // of the per-head q/k norms, where the family has them
+};
+
+// What one layer brings besides the cache.
+struct AttnLayer {
+    const bf16* q_norm = nullptr;    // [head_dim] per-head RMSNorm of the queries, or null
+    const bf16* k_norm = nullptr;    // ... of the keys, or null
+    RopeTable* rope = nullptr;       // rotary embedding table, or null: no rotation (a NoPE layer)
+    AttnParams params;               // sliding window (and, later, sinks and softcap)
+};
+
+struct Attention {
+    AttnSpec spec;
+    KvCache kv;         // [layers][slots][n_kv][ctx][head_dim], bf16 or FP8 (kv_cache.cuh)
+    FlashDecode fd;     // decode's split plan and partial results
+    __half* q = nullptr;  // [max_tokens][n_heads][head_dim] a prefill chunk's queries (fp16: attention.cuh)
+    KvLayer fresh;      // fp16 [n_kv][max_tokens][head_dim] keys and values of a chunk at position 0, or none
+    int fresh_rows = 0;
+};
+
+inline Attention attention_create(const AttnSpec& spec, KvType kv_type, int ctx, int slots, int max_tokens, bool prefill_via_cache,
+                                  GpuMemory& mem) {
+    Attention a;
+    a.spec = spec;
+    a.kv = kv_cache_create(kv_type, spec.layers, spec.n_kv, ctx, spec.head_dim, mem, slots);
+    a.fd = flash_decode_plan(spec.n_heads, spec.n_kv, spec.head_dim, ctx, mem);
+    a.q = mem.alloc<__half>((size_t)max_tokens * spec.n_heads * spec.head_dim, "activations");
+    if (!prefill_via_cache) {
+        a.fresh.k = mem.alloc<__half>((size_t)max_tokens * spec.n_kv * spec.head_dim, "activations");
+        a.fresh.v = mem.alloc<__half>((size_t)max_tokens * spec.n_kv * spec.head_dim, "activations");
+        a.fresh_rows = max_tokens;
+    }
+    return a;
+}
+
+// out = attention of the batch's queries over its sequence's cached positions (and its own), after writing
+// its keys and values to the cache.
+inline void attention(Attention& a, const AttnLayer& L, int layer, const float* qkv, const Batch& b, bf16* out, cudaStream_t st) {
+    const AttnSpec& s = a.spec;
+    if (b.n_seqs != 1) die("attention: %d sequences in one pass need the batched core (not built yet)", b.n_seqs);
+    if (layer < 0 || layer >= s.layers) die("attention: layer %d of %d", layer, s.layers);
+    const KvLayer kv = a.kv.layer(layer, b.slot);
+    RopeTable rope;  // a view of the layer's table (no copy of its config), or none
+    if (L.rope) rope.cos_sin = L.rope->cos_sin, rope.max_pos = L.rope->max_pos, rope.half = L.rope->half;
+    const int T = b.n_tokens;
+    if (T == 1) {
+        OpScope op("attention", st);
+        DecodeQkv in{qkv, L.q_norm, L.k_norm, rope.cos_sin, s.eps};
+        flash_decode_fused(a.fd, in, a.kv.type, kv, b.pos, out, st, L.params);
+        return;
+    }
+    if (T > a.fresh_rows && a.fresh.k) die("attention: a chunk of %d tokens is larger than the %d planned", T, a.fresh_rows);
+    const bool own = a.fresh.k && b.pos0 == 0;  // the chunk at position 0 reads its own fp16 keys and values
+    if (L.rope && b.pos0 >= 0) rope.cos_sin = rope_rows_for(*L.rope, b.pos0, T, st);
+    {
+        OpScope op("q/k norm + rope + cache", st);
+        qk_norm_rope_cache(qkv, T, b.pos, L.q_norm, L.k_norm, rope, a.q, a.kv.type, kv, s.n_heads, s.n_kv, s.head_dim, a.kv.ctx, s.eps,
+                           st, own ? a.fresh : KvLayer{}, a.fresh_rows);
+    }
+    // Causal work: QK^T and PV over the keys before each query (an estimate past position 0 or with a window).
+    double keys = (b.pos0 > 0 ? b.pos0 : 0) + (T + 1) / 2.0;
+    OpScope op("attention", st, 4.0 * T * keys * s.n_heads * s.head_dim);
+    prefill_attention(a.q, own ? KvType::F16 : a.kv.type, own ? a.fresh : kv, b.pos, out, T, s.n_heads, s.n_kv, s.head_dim,
+                      own ? a.fresh_rows : a.kv.ctx, L.params, st);
+}
+
+}  // namespace monocu

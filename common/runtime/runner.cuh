@@ -1,0 +1,150 @@
+// runtime/runner.cuh — an engine's whole main(): flags, checks, loading, and the mode the user asked for.
+//
+// Usage (the last lines of every engine):
+//   int main(int argc, char** argv) { return engine_main<Qwen3>(argc, argv); }
+//
+// Order, so that a user learns about a typo before anything slow or GPU-bound happens: flags; the model's
+// config.json (the engine's configure()), generation_config.json, tokenizer.json and the prompt's files;
+// the checkpoint's headers; only then the GPU, the weights and the buffers. Modes: one prompt (-p, -f,
+// --ids), chat (-cnv, chat_loop.cuh), a batch file (-i/-o, batch_file.cuh), --bench (bench.cuh).
+#pragma once
+
+#include "host/cli.h"
+#include "host/config.h"
+#include "host/safetensors.h"
+#include "load/host_upload.cuh"
+#include "load/load_linear.cuh"
+#include "runtime/batch_file.cuh"
+#include "runtime/bench.cuh"
+#include "runtime/chat_loop.cuh"
+#include "runtime/generate.cuh"
+#include "runtime/prompts.cuh"
+
+namespace monocu {
+
+struct Timings {
+    double load_ms = 0, prompt_ms = 0, eval_ms = 0;
+    int prompt_tokens = 0, eval_tokens = 0;
+};
+
+inline void print_timings(const Timings& t, double total_ms) {
+    auto line = [](const char* what, double ms, int n, const char* unit) {
+        std::fprintf(stderr, "monocu: %16s = %10.2f ms / %5d %-6s (%8.2f ms per token, %9.2f tokens per second)\n", what, ms, n,
+                     unit, n ? ms / n : 0.0, ms > 0 ? 1000.0 * n / ms : 0.0);
+    };
+    std::fprintf(stderr, "monocu: %16s = %10.2f ms\n", "load time", t.load_ms);
+    line("prompt eval time", t.prompt_ms, t.prompt_tokens, "tokens");
+    line("eval time", t.eval_ms, t.eval_tokens, "runs");
+    std::fprintf(stderr, "monocu: %16s = %10.2f ms / %5d tokens\n", "total time", total_ms, t.prompt_tokens + t.eval_tokens);
+}
+
+// The context: -c, or min(4096, max_position_embeddings); --bench makes room for its longest run.
+inline int context_size(const Options& o, const ModelInfo& info) {
+    int ctx = o.ctx_size > 0 ? o.ctx_size : std::min(4096, info.max_position);
+    if (o.bench) {
+        int need = *std::max_element(o.n_prompt.begin(), o.n_prompt.end()) + (o.n_predict > 0 ? o.n_predict : 128);
+        ctx = std::max(ctx, need);
+    }
+    if (ctx > info.max_position)
+        std::fprintf(stderr, "warning: a context of %d exceeds max_position_embeddings %d; quality past it is unknown\n", ctx,
+                     info.max_position);
+    return ctx;
+}
+
+// One prompt: print it when it is raw text (the completion reads on from it), generate, print the timings.
+template <class M>
+int generate_once(M& m, Runtime& rt, Generator<M>& g, const Tokenizer* tok, const Options& o, const std::vector<int>& eos,
+                  double t_start, Timings& tm) {
+    std::string text = o.ids_file.empty() ? (o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file)) : std::string();
+    std::vector<int> ids = prompt_ids(o, text, m.info().vocab, tok);
+    rt.taps.ids("prompt_ids", ids);
+    FILE* trace = o.trace_file.empty() ? nullptr : std::fopen(o.trace_file.c_str(), "w");
+    if (!o.trace_file.empty() && !trace) die("--trace %s: cannot open for writing", o.trace_file.c_str());
+    if (trace) std::fprintf(trace, "token,position,ms\n");
+    g.trace = trace;
+    bool raw_prompt = o.ids_file.empty() && (o.raw || tok->chat_template().empty());
+    if (raw_prompt && !o.quiet) std::fputs(text.c_str(), stdout);
+    TokenPrinter out(tok);
+    Generation r = g.run(ids, o.n_predict, eos, [&](int id) {
+        out.push(id);
+        return true;
+    });
+    out.finish();
+    std::fputs("\n", stdout);
+    std::fflush(stdout);  // before the timings on stderr
+    if (trace) std::fclose(trace);
+    g.trace = nullptr;
+    rt.taps.ids("ids", r.tokens);
+    tm.prompt_ms = r.prompt_ms, tm.prompt_tokens = r.prompt_tokens;
+    tm.eval_ms = r.eval_ms, tm.eval_tokens = (int)r.tokens.size() - 1;
+    if (r.finish == "context" && !o.quiet) std::fprintf(stderr, "monocu: stopped at the end of the context (%d tokens)\n", rt.ctx);
+    if (!o.quiet) {
+        print_timings(tm, wall_ms() - t_start);
+        std::fprintf(stderr, "monocu: GPU memory: %s\n", rt.mem.report().c_str());
+    }
+    return 0;
+}
+
+template <class M>
+int engine_main(int argc, char** argv) {
+    return run_main([&]() -> int {
+        Options o = parse_cli(argc, argv);
+        if (o.help) {
+            print_usage(stdout, M::kName);
+            return 0;
+        }
+        double t_start = wall_ms();
+        // Everything a user can get wrong, before the GPU.
+        M m(o.model);
+        ModelInfo info = m.info();
+        GenerationConfig gen = load_generation_config(o.model);
+        std::unique_ptr<Tokenizer> tok;  // optional with --ids (tiny test models ship none)
+        if (!o.bench && (o.ids_file.empty() || path_exists(o.model + "/tokenizer.json")))
+            tok = std::make_unique<Tokenizer>(Tokenizer::load(o.model));
+        if (o.chat && (!tok || tok->chat_template().empty()))
+            die("%s: -cnv needs a chat template (tokenizer_config.json or chat_template.jinja has none)", o.model.c_str());
+        if (!o.prompt_file.empty()) read_text_file(o.prompt_file);
+        if (!o.ids_file.empty()) read_ids_file(o.ids_file, info.vocab);
+        if (!o.in_file.empty()) read_batch_lines(o.in_file);
+        Checkpoint ck = Checkpoint::open(o.model);
+
+        require_cuda_device();
+        pdl_enabled() = pdl_enabled() && o.pdl;
+        Runtime rt;
+        rt.fmt = choose_weight_format(o.dtype, o.dtype_set, ck);
+        rt.ctx = context_size(o, info);
+        rt.max_tokens = o.ubatch;
+        rt.taps = Taps(o.dump_dir, o.dump_inputs);
+        if (rt.taps.inputs)  // --dump-inputs: every planned projection's input, as its GEMM reads it
+            rt.lin.on_input = [&rt](const std::string& name, const bf16* x, int rows, int cols, cudaStream_t s) { rt.taps.bf16(name, x, rows, cols, s); };
+        upload_begin(ck.total_bytes());  // pinned staging for big checkpoints (host_upload.cuh)
+        m.load(rt, ck);
+        rt.attn = attention_create(m.attn_spec(), o.kv_type == "fp8" ? KvType::FP8 : KvType::BF16, rt.ctx, 1, rt.max_tokens,
+                                   o.kv_prefill_cache, rt.mem);
+        linears_alloc(rt.lin, rt.max_tokens, !o.dump_dir.empty(), rt.mem);
+        m.alloc(rt);
+        Generator<M> g(m, rt, o.cuda_graphs, o.ubatch);
+        CUDA_CHECK(cudaStreamSynchronize(rt.stream));
+        upload_release();  // the loaders' pinned buffers (host_upload.cuh)
+        Timings tm;
+        tm.load_ms = wall_ms() - t_start;
+        info = m.info();
+        model_stats(info, rt);
+        if (o.verbose || o.bench)
+            std::fprintf(stderr, "%s: %s; ctx %d; weights %s, kv %s; GPU memory: %s\n", M::kName, info.summary.c_str(), rt.ctx,
+                         wformat_name(rt.fmt), o.kv_type.c_str(), rt.mem.report().c_str());
+        if (o.bench) return bench(m, rt, g, o);
+
+        SamplingParams sp = sampling_params(o, gen);
+        g.set_sampling(sp);
+        if (o.verbose)
+            std::fprintf(stderr, "sampling: temp %.3g, top_k %d, top_p %.3g, min_p %.3g, repeat_penalty %.3g, seed %llu\n", sp.temperature,
+                         sp.top_k, sp.top_p, sp.min_p, sp.repetition_penalty, (unsigned long long)sp.seed);
+        std::vector<int> eos = end_of_generation_ids(info, gen, tok.get());
+        if (o.chat) return chat_loop(g, tok.get(), o, info.vocab, eos);
+        if (!o.in_file.empty()) return batch_file(g, tok.get(), o, info.vocab, eos);
+        return generate_once(m, rt, g, tok.get(), o, eos, t_start, tm);
+    });
+}
+
+}  // namespace monocu

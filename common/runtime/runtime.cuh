@@ -1,0 +1,74 @@
+// runtime/runtime.cuh — what an engine is to the kit's runner, and what the runner lends an engine.
+//
+// An engine (engines/<family>.cu) is a struct with:
+//   static constexpr const char* kName = "qwen3";            // the binary's name in messages
+//   explicit Engine(const std::string& model_dir);           // config.json -> Config, validated (host only,
+//                                                            // before any GPU is touched)
+//   ModelInfo info() const;                                  // after configure
+//   AttnSpec attn_spec() const;                              // its attention: the runner allocates the KV cache
+//   void load(Runtime& rt, const Checkpoint& ck);            // Weights onto the GPU (rt.fmt), their order into
+//                                                            // rt.lin.plan; then the rope tables for rt.ctx
+//   void alloc(Runtime& rt);                                 // State: activations for rt.max_tokens rows
+//   const float* forward(Runtime& rt, const Batch& b);       // logits [b.n_out][vocab] (device, fp32)
+// and main() is `return engine_main<Engine>(argc, argv);` (runner.cuh). The runner owns everything else: flags,
+// tokenizer, chat templates, prompts, the KV cache, sampling, the decode loop and its CUDA graph, chat mode,
+// batch files, --bench and dumps.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gpu/memory.cuh"
+#include "ops/linear.cuh"
+#include "runtime/attention_layer.cuh"
+#include "runtime/batch.cuh"
+#include "runtime/taps.cuh"
+
+namespace monocu {
+
+// What an engine tells the runner about its model.
+struct ModelInfo {
+    int vocab = 0;
+    int max_position = 0;            // max_position_embeddings: the default context is min(4096, this)
+    std::vector<int> eos_ids;        // config.json's eos_token_id (generation_config and tokenizer add theirs)
+    size_t unread_bytes = 0;         // weights a decode step does not read: the embedding table but one row,
+                                     // unless the output projection shares (and so reads) it
+    std::string summary;             // one line for -v and --bench: layers, dims
+    // Filled by the runner after load (model_stats):
+    size_t decode_bytes = 0;         // bytes one decode step reads besides the KV cache: every weight but unread_bytes
+    double matmul_params = 0;        // weights a prefill token multiplies with: the planned projections but the head
+};
+
+// What the runner lends an engine: memory, stream, the shared projection scratch, the attention state, taps.
+struct Runtime {
+    GpuMemory mem;
+    cudaStream_t stream = nullptr;
+    WFormat fmt = WFormat::BF16;  // the weight format of the layer projections (--dtype, or what the file holds)
+    int ctx = 0;                  // KV-cache length in tokens, per sequence
+    int max_tokens = 0;           // rows of the largest forward pass (a prefill chunk)
+    Linears lin;                  // the projections' plan and prefill scratch (ops/linear.cuh)
+    Attention attn;               // KV cache and attention scratch (attention_layer.cuh)
+    Taps taps;                    // --dump-dir
+
+    Runtime() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+    // An activation buffer of max_tokens rows of `cols` (the engines' State).
+    template <class T>
+    T* rows(size_t cols) { return mem.alloc<T>((size_t)max_tokens * cols, "activations"); }
+    // The logits: one row, or max_tokens rows when dumping every position's.
+    float* logit_rows(size_t vocab) { return mem.alloc<float>((taps.dir.empty() ? 1 : (size_t)max_tokens) * vocab, "activations"); }
+    ~Runtime() {
+        if (stream) cudaStreamDestroy(stream);
+    }
+    Runtime(const Runtime&) = delete;
+    Runtime& operator=(const Runtime&) = delete;
+};
+
+// The roofline's inputs, from what the engine loaded and planned.
+inline void model_stats(ModelInfo& info, const Runtime& rt) {
+    info.decode_bytes = rt.mem.bytes("weights") - info.unread_bytes;
+    info.matmul_params = 0;
+    for (const Linear* L : rt.lin.plan.order)
+        if (L != rt.lin.plan.head_) info.matmul_params += (double)L->N * L->K;
+}
+
+}  // namespace monocu

@@ -1,0 +1,232 @@
+// llama.cu — the Llama family of dense decoders in one file: Llama 2 / 3.x, Mistral, Qwen2 / Qwen2.5,
+// SmolLM2 / SmolLM3, TinyLlama (model_type llama, mistral, qwen2, smollm3).
+//
+//   build/sm_90/llama -m models/Llama-3.2-1B-Instruct -p "Why is the sky blue?" -n 256
+//   build/sm_90/llama -m models/Mistral-7B-Instruct-v0.3 -cnv
+//
+// transformers' modeling_llama.py, and the variations its relatives make (modeling_mistral.py, modeling_qwen2.py,
+// modeling_smollm3.py), all decided by config.json: one layer is
+//   h = x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),   n = input_layernorm(x)
+//   x = h + down_proj(silu(gate_proj(m)) * up_proj(m)),                  m = post_attention_layernorm(h)
+// with, per family: biases on q/k/v (qwen2), on q/k/v/o (attention_bias) and on the MLP (mlp_bias); a sliding
+// window (mistral's sliding_window; qwen2's and smollm3's sliding layers); layers without RoPE (smollm3's
+// no_rope_layers); rope scaling (llama3, linear, dynamic); tied or untied output; head_dim from config.
+// The residual stream x stays fp32 on the GPU; matmul inputs are bf16; every accumulation is fp32.
+#include "load/load_linear.cuh"
+#include "ops/embed.cuh"
+#include "ops/rope.cuh"
+#include "runtime/activations.cuh"
+#include "runtime/runner.cuh"
+
+using namespace monocu;
+
+// ---- Config ----
+
+// The transformers config classes' defaults, for keys a config.json leaves out.
+static const char* kDefaults[][2] = {
+    {"llama", R"({"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+      "num_attention_heads": 32, "hidden_act": "silu", "max_position_embeddings": 2048, "rms_norm_eps": 1e-6,
+      "tie_word_embeddings": false, "attention_bias": false, "mlp_bias": false, "rope_theta": 10000.0})"},
+    {"mistral", R"({"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_act": "silu", "max_position_embeddings": 131072,
+      "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "sliding_window": 4096, "rope_theta": 10000.0})"},
+    {"qwen2", R"({"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+      "num_attention_heads": 32, "num_key_value_heads": 32, "hidden_act": "silu", "max_position_embeddings": 32768,
+      "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "use_sliding_window": false, "sliding_window": 4096,
+      "max_window_layers": 28, "rope_theta": 10000.0})"},
+    {"smollm3", R"({"vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
+      "num_attention_heads": 16, "num_key_value_heads": 4, "hidden_act": "silu", "max_position_embeddings": 32768,
+      "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "use_sliding_window": false, "attention_bias": false,
+      "mlp_bias": false, "no_rope_layer_interval": 4, "rope_theta": 2000000.0})"},
+};
+
+struct Config {
+    ModelConfig hf;
+    int dim, ffn, n_layers, n_heads, n_kv, head_dim, vocab;
+    int q_dim, kv_dim;              // n_heads * head_dim, n_kv * head_dim
+    float eps;
+    bool qkv_bias, o_bias, mlp_bias;
+    std::vector<bool> rope;         // per layer: rotary embedding (false: a NoPE layer)
+    std::vector<int> window;        // per layer: sliding window, 0 = full attention
+};
+
+// A family key as a bool, with the file's errors.
+static bool key_bool(const ModelConfig& h, const char* key, bool fallback) {
+    const nlohmann::json* v = h.find(key);
+    return v ? json_as_bool(h.path, key, *v) : fallback;
+}
+
+static Config load_config(const std::string& dir) {
+    nlohmann::json file = read_json_file(dir + "/config.json");
+    std::string type = file.is_object() && file.contains("model_type") && file["model_type"].is_string() ? file["model_type"].get<std::string>() : "";
+    const char* defaults = nullptr;
+    for (auto& d : kDefaults)
+        if (type == d[0]) defaults = d[1];
+    if (!defaults) die("%s/config.json: model_type is '%s'; this engine runs llama, mistral, qwen2 and smollm3", dir.c_str(), type.c_str());
+    Config c;
+    c.hf = parse_model_config(dir + "/config.json", file, nlohmann::json::parse(defaults));
+    const ModelConfig& h = c.hf;
+    const char* p = h.path.c_str();
+    c.dim = h.hidden_size, c.ffn = h.intermediate_size, c.n_layers = h.num_hidden_layers;
+    c.n_heads = h.num_attention_heads, c.n_kv = h.num_key_value_heads, c.head_dim = h.head_dim, c.vocab = h.vocab_size;
+    c.q_dim = c.n_heads * c.head_dim, c.kv_dim = c.n_kv * c.head_dim;
+    c.eps = static_cast<float>(h.rms_norm_eps);
+    if (h.hidden_act != "silu") die("%s: hidden_act '%s' is not supported (silu)", p, h.hidden_act.c_str());
+    if (c.head_dim != 64 && c.head_dim != 128) die("%s: head_dim %d is not supported (64, 128)", p, c.head_dim);
+    if (c.n_heads / c.n_kv > 8) die("%s: %d query heads per KV head is not supported (at most 8)", p, c.n_heads / c.n_kv);
+    if (c.dim % 8 || c.ffn % 8) die("%s: hidden_size and intermediate_size must be multiples of 8", p);
+    const std::string& rt = h.rope.type;
+    if (rt != "default" && rt != "linear" && rt != "llama3" && rt != "dynamic")
+        die("%s: rope type '%s' is not supported (default, linear, llama3, dynamic)", p, rt.c_str());
+    if (const nlohmann::json* f = h.find("partial_rotary_factor"); f && json_as_double(p, "partial_rotary_factor", *f) != 1.0)
+        die("%s: partial_rotary_factor %g is not supported (1)", p, json_as_double(p, "partial_rotary_factor", *f));
+    if (!h.quant.method.empty() && h.quant.method != "monocu")
+        die("%s: quantization_config '%s' is not supported (tools/quantize output)", p, h.quant.method.c_str());
+
+    // Biases: qwen2 always has them on q/k/v; llama's attention_bias puts them on q/k/v/o (smollm3's only on o).
+    bool attention_bias = key_bool(h, "attention_bias", false);
+    c.qkv_bias = type == "qwen2" || (type != "smollm3" && attention_bias);
+    c.o_bias = type != "qwen2" && attention_bias;
+    c.mlp_bias = key_bool(h, "mlp_bias", false);
+    if (type == "qwen2" && (h.find("attention_bias") || h.find("mlp_bias"))) die("%s: qwen2 takes no attention_bias / mlp_bias keys", p);
+
+    // RoPE per layer: smollm3's no_rope_layers (1 = RoPE, 0 = none) or one every no_rope_layer_interval.
+    c.rope.assign(c.n_layers, true);
+    if (type == "smollm3") {
+        if (const nlohmann::json* nr = h.find("no_rope_layers")) {
+            if (!nr->is_array() || (int)nr->size() < c.n_layers) die("%s: 'no_rope_layers' must list at least one 0/1 per layer", p);
+            for (int l = 0; l < c.n_layers; l++) c.rope[l] = json_as_int(p, "no_rope_layers", (*nr)[l]) != 0;
+        } else {
+            int every = json_as_int(p, "no_rope_layer_interval", *h.find("no_rope_layer_interval"));
+            if (every <= 0) die("%s: 'no_rope_layer_interval' must be positive", p);
+            for (int l = 0; l < c.n_layers; l++) c.rope[l] = (l + 1) % every != 0;
+        }
+    }
+    // Sliding window per layer: mistral's on every layer (null: none); qwen2's and smollm3's on their sliding
+    // layers (layer_types, or as their configs derive it: qwen2 from max_window_layers, smollm3 its NoPE layers).
+    int sw = 0;
+    if (const nlohmann::json* v = h.find("sliding_window")) sw = json_as_int(p, "sliding_window", *v);
+    if (sw < 0) die("%s: 'sliding_window' must be positive or null", p);
+    bool use_sw = type == "mistral" ? sw > 0 : key_bool(h, "use_sliding_window", false) && sw > 0;
+    int max_window_layers = h.find("max_window_layers") ? json_as_int(p, "max_window_layers", *h.find("max_window_layers")) : c.n_layers;
+    c.window.assign(c.n_layers, 0);
+    const nlohmann::json* lt = h.find("layer_types");
+    if (lt && !lt->is_array()) die("%s: 'layer_types' must be a list", p);
+    if (lt && (int)lt->size() != c.n_layers) die("%s: 'layer_types' has %zu entries for %d layers", p, lt->size(), c.n_layers);
+    for (int l = 0; l < c.n_layers; l++) {
+        bool sliding = type == "mistral" ? use_sw : type == "qwen2" ? use_sw && l >= max_window_layers : type == "smollm3" ? use_sw && !c.rope[l] : false;
+        if (lt && type != "llama" && type != "mistral") {
+            std::string t = json_as_string(p, "layer_types", (*lt)[l]);
+            if (t != "full_attention" && t != "sliding_attention") die("%s: layer_types[%d] '%s' is not supported", p, l, t.c_str());
+            sliding = t == "sliding_attention";
+            if (sliding && sw <= 0) die("%s: layer_types[%d] is sliding_attention but sliding_window is %d", p, l, sw);
+        }
+        c.window[l] = sliding ? sw : 0;
+    }
+    return c;
+}
+
+// ---- Weights ----
+
+struct Layer {
+    bf16* attn_norm;  // [dim]      input_layernorm
+    Linear qkv;       // [q_dim + 2 kv_dim][dim]   q_proj, k_proj, v_proj stacked by rows (+ their biases)
+    Linear o;         // [dim][q_dim]              o_proj
+    bf16* mlp_norm;   // [dim]      post_attention_layernorm
+    Linear gate_up;   // [2 ffn][dim]              gate_proj and up_proj, rows interleaved (2i gate, 2i+1 up)
+    Linear down;      // [dim][ffn]                down_proj
+    AttnLayer attn;   // no q/k norm; its RoPE table (or none) and window
+};
+
+struct Weights {
+    bf16* embed;      // [vocab][dim]   embed_tokens
+    std::vector<Layer> layers;
+    bf16* final_norm; // [dim]          model.norm
+    Linear lm_head;   // [vocab][dim]   lm_head, or embed_tokens when tied
+    RopeTable rope;   // [ctx][head_dim / 2] (cos, sin), with the config's scaling
+};
+
+static void load_weights(Weights& w, const Config& c, const Checkpoint& ck, Runtime& rt) {
+    GpuMemory& mem = rt.mem;
+    cudaStream_t s = rt.stream;
+    w.embed = mem.alloc<bf16>((size_t)c.vocab * c.dim, "weights");
+    upload_bf16(ck.get("model.embed_tokens.weight", {c.vocab, c.dim}), w.embed, c.dim, s);
+    w.rope = make_rope_table(c.hf.rope, c.head_dim, rt.ctx, mem, s, rt.max_tokens);
+    w.layers.resize(c.n_layers);
+    for (int l = 0; l < c.n_layers; l++) {
+        std::string p = strf("model.layers.%d.", l), a = p + "self_attn.", m = p + "mlp.";
+        Layer& L = w.layers[l];
+        L.attn_norm = load_vector(ck, p + "input_layernorm.weight", c.dim, mem, s);
+        L.qkv = load_linear(ck, {{a + "q_proj", a + "k_proj", a + "v_proj"}, {c.q_dim, c.kv_dim, c.kv_dim}, false, c.qkv_bias}, c.dim, rt.fmt, mem, s);
+        L.o = load_linear(ck, {{a + "o_proj"}, {c.dim}, false, c.o_bias}, c.q_dim, rt.fmt, mem, s);
+        L.mlp_norm = load_vector(ck, p + "post_attention_layernorm.weight", c.dim, mem, s);
+        L.gate_up = load_linear(ck, {{m + "gate_proj", m + "up_proj"}, {c.ffn, c.ffn}, true, c.mlp_bias}, c.dim, rt.fmt, mem, s);
+        L.down = load_linear(ck, {{m + "down_proj"}, {c.dim}, false, c.mlp_bias}, c.ffn, rt.fmt, mem, s);
+        L.attn.rope = c.rope[l] ? &w.rope : nullptr;
+        L.attn.params.window = c.window[l];
+        rt.lin.plan.layer({{&L.qkv}, {&L.o, &L.gate_up, &L.down}});  // the order forward() multiplies in
+    }
+    w.final_norm = load_vector(ck, "model.norm.weight", c.dim, mem, s);
+    w.lm_head = load_lm_head(ck, c.hf.path, c.vocab, c.dim, c.hf.tie_word_embeddings, rt.fmt, w.embed, mem, s);
+    rt.lin.plan.head(&w.lm_head);
+}
+
+// ---- State ----
+
+// One pass's activations (runtime/activations.cuh: x, qkv, att, h, xn, logits); the KV cache is the kit's
+// (rt.attn), addressed by sequence. A llama keeps nothing else per sequence.
+using State = DecoderActivations;
+
+// ---- forward ----
+
+struct Llama {
+    static constexpr const char* kName = "llama";
+    Config c;  Weights w;  State s;  // the checkpoint's shape, its weights on the GPU, a pass's activations
+
+    explicit Llama(const std::string& dir) : c(load_config(dir)) {}  // config.json, checked: before any GPU work
+    ModelInfo info() const {
+        ModelInfo i;
+        i.vocab = c.vocab, i.max_position = c.hf.max_position_embeddings, i.eos_ids = c.hf.eos_token_ids;
+        i.unread_bytes = w.lm_head.w == w.embed ? 0 : (size_t)(c.vocab - 1) * c.dim * 2;  // one embedding row is read
+        int nope = (int)std::count(c.rope.begin(), c.rope.end(), false), sliding = c.n_layers - (int)std::count(c.window.begin(), c.window.end(), 0);
+        i.summary = strf("%s: %d layers (%d without RoPE, %d with a window), dim %d, %d/%d heads x %d, ffn %d, vocab %d, rope %s",
+                         c.hf.model_type.c_str(), c.n_layers, nope, sliding, c.dim, c.n_heads, c.n_kv, c.head_dim, c.ffn, c.vocab, c.hf.rope.type.c_str());
+        return i;
+    }
+
+    void load(Runtime& rt, const Checkpoint& ck) { load_weights(w, c, ck, rt); }
+    AttnSpec attn_spec() const { return AttnSpec{c.n_layers, c.n_heads, c.n_kv, c.head_dim}  /* no q/k norm: no eps */; }
+    void alloc(Runtime& rt) { s = decoder_activations(rt, c.dim, c.q_dim, c.kv_dim, c.ffn, c.vocab); }
+
+    // Runs the batch's tokens through the model, filling their KV rows; returns the logits of its last n_out.
+    const float* forward(Runtime& rt, const Batch& b) {
+        const int T = b.n_tokens;
+        cudaStream_t st = rt.stream;
+        // x = embed_tokens(ids)
+        embedding(w.embed, b.ids, s.x, T, c.dim, c.vocab, st);
+        rt.taps.f32("embed", s.x, T, c.dim, st);
+        for (int l = 0; l < c.n_layers; l++) {
+            const Layer& L = w.layers[l];
+            // q, k, v = q_proj(n), k_proj(n), v_proj(n)  with n = input_layernorm(x)
+            linear_rmsnorm(L.qkv, s.x, L.attn_norm, c.eps, s.qkv, T, rt.lin, st);
+            // a = softmax(rope(q) rope(k)^T / sqrt(head_dim) + causal (and window) mask) v, over the cached positions
+            attention(rt.attn, L.attn, l, s.qkv, b, s.att, st);
+            // x = x + o_proj(a)
+            linear_add(L.o, s.att, s.x, T, rt.lin, st);
+            // x = x + down_proj(silu(gate_proj(m)) * up_proj(m))  with m = post_attention_layernorm(x)
+            linear_rmsnorm_swiglu(L.gate_up, s.x, L.mlp_norm, c.eps, s.h, T, rt.lin, st);
+            linear_add(L.down, s.h, s.x, T, rt.lin, st);
+            rt.taps.f32(strf("layer_%02d", l), s.x, T, c.dim, st);
+        }
+        // logits = lm_head(norm(x))   for the last n_out tokens
+        rmsnorm(s.x + (size_t)(T - b.n_out) * c.dim, w.final_norm, s.xn, b.n_out, c.dim, c.eps, st);
+        rt.taps.bf16("final_norm", s.xn, b.n_out, c.dim, st);
+        linear(w.lm_head, s.xn, s.logits, b.n_out, rt.lin, st);
+        rt.taps.f32("logits", s.logits, b.n_out, c.vocab, st);
+        return s.logits;
+    }
+};
+
+// ---- main ----
+
+int main(int argc, char** argv) { return engine_main<Llama>(argc, argv); }
