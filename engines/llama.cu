@@ -83,9 +83,9 @@ static Config load_config(const std::string& dir) {
     if (!h.quant.method.empty() && h.quant.method != "monocu")
         die("%s: quantization_config '%s' is not supported (tools/quantize output)", p, h.quant.method.c_str());
 
-    // Biases: qwen2 always has them on q/k/v; llama's attention_bias puts them on q/k/v/o (smollm3's only on o).
+    // Biases: qwen2 always has them on q/k/v (and takes no switch); attention_bias puts them on q/k/v/o.
     bool attention_bias = key_bool(h, "attention_bias", false);
-    c.qkv_bias = type == "qwen2" || (type != "smollm3" && attention_bias);
+    c.qkv_bias = type == "qwen2" || attention_bias;
     c.o_bias = type != "qwen2" && attention_bias;
     c.mlp_bias = key_bool(h, "mlp_bias", false);
     if (type == "qwen2" && (h.find("attention_bias") || h.find("mlp_bias"))) die("%s: qwen2 takes no attention_bias / mlp_bias keys", p);

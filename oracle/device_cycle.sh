@@ -261,11 +261,11 @@ stage_calm() {  # PRESET (a llama model_type): ours, then calm's three formats, 
     done
     export LD_LIBRARY_PATH=$PWD/.carry/calm/lib:${LD_LIBRARY_PATH:-}
     for d in fp16 fp8 gf4; do
-      echo "--- calm $d: convert"; /usr/bin/time -f "%e s" python3 .carry/calm/convert.py "$c/m-$d.calm" "$m" --dtype $d 2>&1 | tail -2
+      echo "--- calm $d: convert"; /usr/bin/time -f "%e s" python3 .carry/calm/convert.py "$c/m-$d.calm" "$m" --dtype $d 2>&1 | tail -1
       for i in 1 2; do  # decode at context 512 .. 640 (calm's own way to start deep in the context), then at 16k
-        echo "--- calm $d at 512, run $i"; CALM_POSO=512 .carry/calm/run "$c/m-$d.calm" -n 128 -t 0 -c 4096 2>&1 | grep -E "^#|rror"
+        echo "--- calm $d at 512, run $i"; CALM_POSO=512 .carry/calm/run "$c/m-$d.calm" -n 128 -t 0 -c 4096 2>&1 | grep -aoE "[0-9]+ tokens: throughput.*|rror.*"
       done
-      echo "--- calm $d at 16k (its cache is fp8 past a 4096 context)"; CALM_POSO=16384 .carry/calm/run "$c/m-$d.calm" -n 128 -t 0 -c 16640 2>&1 | grep -E "^#|rror"
+      echo "--- calm $d at 16k (its cache is fp8 past a 4096 context)"; CALM_POSO=16384 .carry/calm/run "$c/m-$d.calm" -n 128 -t 0 -c 16640 2>&1 | grep -aoE "[0-9]+ tokens: throughput.*|rror.*"
       rm -f "$c/m-$d.calm"
     done
   } 2>&1 | tee -a "$R/calm.txt"

@@ -72,7 +72,7 @@ PRESETS.update({
                        rope_parameters={"rope_type": "default", "rope_theta": 5000000.0}, tie_word_embeddings=True),
 })
 # Tiny, awkward members of the family for the committed GPU tests (prompts are 100 tokens).
-TINY_L = dict(vocab_size=256, rms_norm_eps=1e-5, max_position_embeddings=512)
+TINY_L = dict(vocab_size=256, rms_norm_eps=1e-5, max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=None)
 PRESETS.update({
     # Llama 3.1 rope scaling whose original context (32) the prompt passes; GQA 7 (7 heads over 1); head_dim 64.
     "tiny-llama3": dict(TINY_L, model_type="llama", hidden_size=112, intermediate_size=160, num_hidden_layers=2,

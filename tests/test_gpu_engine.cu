@@ -31,12 +31,16 @@ static std::vector<std::string> test_models(const std::string& root) {
     return names;
 }
 
-// The engine binary that runs a checkpoint folder: by config.json's model_type.
-static std::string engine_for(const std::string& dir) {
-    std::ifstream f(dir + "/config.json");
+static std::string file_text(const std::string& path) {
+    std::ifstream f(path);
     std::stringstream ss;
     ss << f.rdbuf();
-    std::string cfg = ss.str(), engine = "qwen3";
+    return ss.str();
+}
+
+// The engine binary that runs a checkpoint folder: by config.json's model_type.
+static std::string engine_for(const std::string& dir) {
+    std::string cfg = file_text(dir + "/config.json"), engine = "qwen3";
     for (const char* t : {"\"llama\"", "\"mistral\"", "\"qwen2\"", "\"smollm3\""})
         if (cfg.find(std::string("\"model_type\": ") + t) != std::string::npos) engine = "llama";
     return std::string(MONOCU_BUILD_DIR) + "/" + engine;
@@ -90,7 +94,13 @@ TEST_CASE("qwen3 and llama engines match transformers on the tiny test models") 
         CHECK(checked >= 8);
 
         // The same prompt as 100 decode steps (-ub 1: one token per pass, the decode kernels): every position's
-        // logits as the prefill's, and the same greedy tokens.
+        // logits as the prefill's, and the same greedy tokens. Not for dynamic (NTK) rope past its
+        // max_position_embeddings: there transformers itself rotates a prompt by its whole length, a decode step by
+        // its own position (the engines follow it), so the two differ by design.
+        if (file_text(dir + "/config.json").find("\"dynamic\"") != std::string::npos) {
+            MESSAGE(name, ": dynamic rope, prefill and decode steps differ by design (not compared)");
+            continue;
+        }
         TempDir steps;
         REQUIRE_MESSAGE(run_command(cmd + " -ub 1 --dump-dir " + steps.path, &log) == 0, log);
         for (const char* tap : {"embed", "layer_00", "final_norm", "logits"}) {

@@ -340,10 +340,11 @@ public:
         return it == index_.end() ? nullptr : &tensors_[it->second];
     }
 
-    // The tensor, with its shape checked; any dtype.
+    // The tensor, with its shape checked; any dtype. Marks it used (unused() lists the rest).
     const TensorView& get(const std::string& name, const Shape& shape) const {
         const TensorView* t = find(name);
         if (!t) die("%s: missing tensor '%s'", where().c_str(), name.c_str());
+        used_.insert(name);
         if (t->shape != shape)
             die("%s: tensor '%s' has shape %s, expected %s", t->file.c_str(), name.c_str(), shape_str(t->shape).c_str(),
                 shape_str(shape).c_str());
@@ -357,6 +358,15 @@ public:
             die("%s: tensor '%s' has dtype %s, expected %s", t.file.c_str(), name.c_str(), dtype_name(t.dtype),
                 dtype_name(dtype));
         return t;
+    }
+
+    // Tensors no get() has asked for: after an engine's load, what it did not bind (a bias its config says it
+    // has not, a layer past num_hidden_layers, ...). transformers warns of such tensors too.
+    std::vector<std::string> unused() const {
+        std::vector<std::string> out;
+        for (const TensorView& t : tensors_)
+            if (!used_.count(t.name)) out.push_back(t.name);
+        return out;
     }
 
     const std::vector<TensorView>& tensors() const { return tensors_; }
@@ -374,6 +384,7 @@ private:
     std::vector<TensorView> tensors_;
     std::unordered_map<std::string, size_t> index_;
     std::map<std::string, std::string> metadata_;
+    mutable std::set<std::string> used_;
 
     std::string where() const { return files_.size() == 1 ? files_[0] : files_.empty() ? "checkpoint" : files_[0] + " (and other shards)"; }
 
