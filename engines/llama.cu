@@ -12,6 +12,7 @@
 // window (mistral's sliding_window; qwen2's and smollm3's sliding layers); layers without RoPE (smollm3's
 // no_rope_layers); rope scaling (llama3, linear, dynamic); tied or untied output; head_dim from config.
 // The residual stream x stays fp32 on the GPU; matmul inputs are bf16; every accumulation is fp32.
+#include "host/model_types.h"
 #include "load/load_linear.cuh"
 #include "ops/embed.cuh"
 #include "ops/rope.cuh"
@@ -21,24 +22,6 @@
 using namespace monocu;
 
 // ---- Config ----
-
-// The transformers config classes' defaults, for keys a config.json leaves out.
-static const char* kDefaults[][2] = {
-    {"llama", R"({"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-      "num_attention_heads": 32, "hidden_act": "silu", "max_position_embeddings": 2048, "rms_norm_eps": 1e-6,
-      "tie_word_embeddings": false, "attention_bias": false, "mlp_bias": false, "rope_theta": 10000.0})"},
-    {"mistral", R"({"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-      "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_act": "silu", "max_position_embeddings": 131072,
-      "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "sliding_window": 4096, "rope_theta": 10000.0})"},
-    {"qwen2", R"({"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
-      "num_attention_heads": 32, "num_key_value_heads": 32, "hidden_act": "silu", "max_position_embeddings": 32768,
-      "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "use_sliding_window": false, "sliding_window": 4096,
-      "max_window_layers": 28, "rope_theta": 10000.0})"},
-    {"smollm3", R"({"vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
-      "num_attention_heads": 16, "num_key_value_heads": 4, "hidden_act": "silu", "max_position_embeddings": 32768,
-      "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "use_sliding_window": false, "attention_bias": false,
-      "mlp_bias": false, "no_rope_layer_interval": 4, "rope_theta": 2000000.0})"},
-};
 
 struct Config {
     ModelConfig hf;
@@ -57,24 +40,18 @@ static bool key_bool(const ModelConfig& h, const char* key, bool fallback) {
 }
 
 static Config load_config(const std::string& dir) {
-    nlohmann::json file = read_json_file(dir + "/config.json");
-    std::string type = file.is_object() && file.contains("model_type") && file["model_type"].is_string() ? file["model_type"].get<std::string>() : "";
-    const char* defaults = nullptr;
-    for (auto& d : kDefaults)
-        if (type == d[0]) defaults = d[1];
-    if (!defaults) die("%s/config.json: model_type is '%s'; this engine runs llama, mistral, qwen2 and smollm3", dir.c_str(), type.c_str());
     Config c;
-    c.hf = parse_model_config(dir + "/config.json", file, nlohmann::json::parse(defaults));
+    c.hf = load_checked_config(dir);  // the family's transformers defaults; sizes the kernels take (host/model_types.h)
     const ModelConfig& h = c.hf;
+    const std::string& type = h.model_type;
     const char* p = h.path.c_str();
+    if (std::strcmp(find_model_type(type)->engine, "llama") != 0)
+        die("%s: model_type is '%s'; this engine runs llama, mistral, qwen2 and smollm3 (build/<arch>/%s runs it)", p, type.c_str(),
+            find_model_type(type)->engine);
     c.dim = h.hidden_size, c.ffn = h.intermediate_size, c.n_layers = h.num_hidden_layers;
     c.n_heads = h.num_attention_heads, c.n_kv = h.num_key_value_heads, c.head_dim = h.head_dim, c.vocab = h.vocab_size;
     c.q_dim = c.n_heads * c.head_dim, c.kv_dim = c.n_kv * c.head_dim;
     c.eps = static_cast<float>(h.rms_norm_eps);
-    if (h.hidden_act != "silu") die("%s: hidden_act '%s' is not supported (silu)", p, h.hidden_act.c_str());
-    if (c.head_dim != 64 && c.head_dim != 128) die("%s: head_dim %d is not supported (64, 128)", p, c.head_dim);
-    if (c.n_heads / c.n_kv > 8) die("%s: %d query heads per KV head is not supported (at most 8)", p, c.n_heads / c.n_kv);
-    if (c.dim % 8 || c.ffn % 8) die("%s: hidden_size and intermediate_size must be multiples of 8", p);
     const std::string& rt = h.rope.type;
     if (rt != "default" && rt != "linear" && rt != "llama3" && rt != "dynamic")
         die("%s: rope type '%s' is not supported (default, linear, llama3, dynamic)", p, rt.c_str());

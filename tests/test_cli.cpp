@@ -125,5 +125,5 @@ TEST_CASE("token-id prompts: three spellings, and every bad entry named") {
     CHECK_THROWS_WITH_AS(parse_ids("[1] 2", "ids.txt", 10), "ids.txt: text after ']'", UserError);
     CHECK_THROWS_WITH_AS(parse_ids("1.5", "ids.txt", 10), "ids.txt: unexpected character '.' after token id 1", UserError);
     CHECK_THROWS_WITH_AS(parse_ids("  \n", "ids.txt", 10), "ids.txt: no token ids", UserError);
-    CHECK_THROWS_WITH_AS(read_ids_file("/nonexistent/ids.txt", 10), "/nonexistent/ids.txt: cannot open", UserError);
+    CHECK_THROWS_WITH_AS(read_ids_file("/nonexistent/ids.txt", 10), "/nonexistent/ids.txt: cannot open (No such file or directory)", UserError);
 }

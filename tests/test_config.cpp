@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "host/config.h"
+#include "host/model_types.h"
 #include "test_util.h"
 
 using namespace monocu;
@@ -8,11 +9,7 @@ using namespace monocu_test;
 using nlohmann::json;
 
 // Qwen3's defaults, as transformers' Qwen3Config declares them.
-static const json kQwen3Defaults = json::parse(R"({
-  "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
-  "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "hidden_act": "silu",
-  "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
-  "attention_bias": false, "use_sliding_window": false, "sliding_window": 4096, "max_window_layers": 28})");
+static const json kQwen3Defaults = json::parse(find_model_type("qwen3")->defaults);
 
 // Qwen3-4B's config.json as published (transformers 4.x era keys).
 static const char* kQwen3_4B = R"({
@@ -157,4 +154,35 @@ TEST_CASE("files on disk: malformed JSON, absent generation config, generation c
     write_file(dir / "generation_config.json", R"({"top_k": "twenty"})");
     CHECK_THROWS_WITH_AS(load_generation_config(dir.path),
                          doctest::Contains("generation_config.json: 'top_k' must be an integer"), UserError);
+}
+
+// issue 33: one validation for inspect and every engine; each problem one line naming the file, the key and the value.
+TEST_CASE("hostile config.json values are refused with the key and the value named") {
+    auto check = [](json f) {
+        ModelConfig c = parse_model_config("config.json", f, kQwen3Defaults);
+        check_model_config(c);
+    };
+    json good = json::parse(kQwen3_4B);
+    CHECK_NOTHROW(check(good));
+    struct Case { const char* key; json value; const char* message; };
+    for (const Case& k : {Case{"hidden_size", 0, "'hidden_size' must be positive, found 0"},
+                          Case{"vocab_size", -1, "'vocab_size' must be positive, found -1"},
+                          Case{"num_hidden_layers", 1ll << 40, "'num_hidden_layers' = 1099511627776 is out of range"},
+                          Case{"hidden_size", "2560", "'hidden_size' must be an integer, found \"2560\""},
+                          Case{"head_dim", 1000000000, "'head_dim' = 1000000000 is outside the range real models use (1..4096)"},
+                          Case{"head_dim", 96, "head_dim 96 is not supported (64, 128)"},
+                          Case{"vocab_size", 1 << 30, "'vocab_size' = 1073741824 is outside the range real models use"},
+                          Case{"num_key_value_heads", 3, "num_attention_heads 32 is not a multiple of num_key_value_heads 3"},
+                          Case{"num_attention_heads", 8192, "'num_attention_heads' = 8192 is outside the range real models use (1..4096)"},
+                          Case{"rms_norm_eps", 2.0, "'rms_norm_eps' = 2 is outside (0, 1)"},
+                          Case{"hidden_act", "gelu", "hidden_act 'gelu' is not supported (silu)"},
+                          Case{"max_position_embeddings", 1ll << 31, "'max_position_embeddings' = 2147483648 is out of range"},
+                          Case{"intermediate_size", 9730, "hidden_size and intermediate_size must be multiples of 8"}}) {
+        CAPTURE(k.key);
+        json f = good;
+        f[k.key] = k.value;
+        CHECK_THROWS_WITH_AS(check(f), doctest::Contains(k.message), UserError);
+    }
+    CHECK(find_model_type("llama") != nullptr);
+    CHECK(find_model_type("gpt2") == nullptr);
 }

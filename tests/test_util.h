@@ -56,6 +56,31 @@ inline std::string random_bytes(size_t n, uint32_t seed) {
     return s;
 }
 
+// Runs fn with stderr sent to a temporary file and returns what was written there: tests of code that reports
+// errors check the line itself, and passing tests print nothing alarming.
+template <class F>
+inline std::string capture_stderr(F&& fn) {
+    std::fflush(stderr);
+    int saved = dup(2);
+    FILE* tmp = std::tmpfile();
+    if (saved < 0 || !tmp) {
+        fn();
+        return "";
+    }
+    dup2(fileno(tmp), 2);
+    fn();
+    std::fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    std::string out;
+    std::rewind(tmp);
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, tmp)) > 0) out.append(buf, n);
+    std::fclose(tmp);
+    return out;
+}
+
 // Runs a shell command; returns its exit status and puts stdout+stderr into *output.
 inline int run_command(const std::string& cmd, std::string* output) {
     FILE* p = popen((cmd + " 2>&1").c_str(), "r");

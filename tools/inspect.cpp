@@ -8,6 +8,7 @@
 #include <map>
 
 #include "host/config.h"
+#include "host/model_types.h"
 #include "host/errors.h"
 #include "host/safetensors.h"
 
@@ -24,9 +25,10 @@ static std::string human_bytes(double b) {
 static void print_config_summary(const std::string& dir) {
     std::string path = dir + "/config.json";
     if (!path_exists(path)) return;
-    nlohmann::json j = read_json_file(path);
-    if (!j.is_object()) die("%s: not a JSON object", path.c_str());
-    std::printf("config: %s\n", path.c_str());
+    ModelConfig c = load_checked_config(dir);  // what every engine requires: known model_type, sane sizes
+    const nlohmann::json& j = c.file;
+    std::printf("config: %s (model_type %s, run by build/<arch>/%s)\n", path.c_str(), c.model_type.c_str(),
+                find_model_type(c.model_type)->engine);
     for (const char* k : {"model_type", "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
                           "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings",
                           "tie_word_embeddings", "dtype", "torch_dtype"})

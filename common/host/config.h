@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "host/errors.h"
+#include "host/files.h"
 #include "host/rope.h"
 
 namespace monocu {
@@ -76,12 +77,9 @@ struct GenerationConfig {
 // ---- JSON access with errors that name file and key ----
 
 inline nlohmann::json read_json_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) die("%s: cannot open", path.c_str());
-    std::stringstream ss;
-    ss << f.rdbuf();
+    std::string text = read_file_bounded(path, kConfigMaxBytes);
     try {
-        return nlohmann::json::parse(ss.str());
+        return nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
         die("%s: not valid JSON (%s)", path.c_str(), e.what());
     }
@@ -280,8 +278,8 @@ inline GenerationConfig parse_generation_config(const std::string& p, const nloh
 
 inline GenerationConfig load_generation_config(const std::string& model_dir) {
     std::string p = model_dir + "/generation_config.json";
-    std::ifstream probe(p);
-    if (!probe) return GenerationConfig{};
+    struct stat st;
+    if (::stat(p.c_str(), &st) != 0 && errno == ENOENT) return GenerationConfig{};  // optional; anything else is read and checked
     return parse_generation_config(p, read_json_file(p));
 }
 

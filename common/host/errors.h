@@ -4,8 +4,8 @@
 //   die("%s: tensor '%s' has dtype %s, expected %s", path, name, got, want);
 //       throws monocu::UserError with the formatted one-line message.
 //   int main(int argc, char** argv) { return run_main([&] { ...; return 0; }); }
-//       catches UserError (prints "error: <message>", returns 1) and UsageError
-//       (prints the message plus a pointer to --help, returns 2).
+//       catches UserError (prints "error: <message>", returns 1), UsageError (prints the message plus a
+//       pointer to --help, returns 2), and any other std::exception (one line, returns 1: never terminate()).
 //
 // Why throw instead of exit(): the same parsers run inside doctest, where a hostile
 // file must be rejected with a specific message and the test must go on. Engines and
@@ -82,6 +82,9 @@ int run_main(F&& body) {
         return 1;
     } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "error: out of host memory\n");
+        return 1;
+    } catch (const std::exception& e) {  // a library's exception we did not turn into a UserError: still one line
+        std::fprintf(stderr, "error: %s\n", e.what());
         return 1;
     }
 }

@@ -22,6 +22,7 @@
 
 #include "host/bf16.h"
 #include "host/errors.h"
+#include "host/files.h"
 
 namespace monocu {
 
@@ -105,9 +106,7 @@ inline void npy_write_i32(const std::string& path, const int32_t* data, const st
 
 inline NpyArray npy_read(const std::string& path) {
     using namespace npy_detail;
-    std::ifstream f(path, std::ios::binary);
-    if (!f) die("%s: cannot open", path.c_str());
-    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::string bytes = read_file_bounded(path, 1ull << 36);
     if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0) die("%s: not a .npy file", path.c_str());
     int major = static_cast<unsigned char>(bytes[6]);
     size_t hlen, hstart;

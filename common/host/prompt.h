@@ -14,16 +14,11 @@
 #include <vector>
 
 #include "host/errors.h"
+#include "host/files.h"
 
 namespace monocu {
 
-inline std::string read_text_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) die("%s: cannot open", path.c_str());
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
+inline std::string read_text_file(const std::string& path) { return read_file_bounded(path, kTextMaxBytes); }
 
 // Integers separated by white space or commas, optionally inside one pair of brackets.
 inline std::vector<int> parse_ids(const std::string& text, const std::string& label, int vocab) {

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "host/errors.h"
+#include "host/files.h"
 
 namespace monocu {
 
@@ -272,14 +273,7 @@ inline SafetensorsHeader parse_safetensors_header(const uint8_t* buf, uint64_t s
 class MappedFile {
 public:
     explicit MappedFile(const std::string& path) : path_(path) {
-        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) die("%s: cannot open (%s)", path.c_str(), std::strerror(errno));
-        struct stat st;
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-            ::close(fd);
-            die("%s: not a regular file", path.c_str());
-        }
-        size_ = static_cast<uint64_t>(st.st_size);
+        int fd = open_regular_file(path, &size_);  // a folder, FIFO or device is refused, never waited on
         if (size_ > 0) {
             void* p = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
             if (p == MAP_FAILED) {
