@@ -6,6 +6,7 @@
 // A broken checkpoint gets the same one-line error the engines give, and exit code 1.
 #include <cstdio>
 #include <map>
+#include <memory>
 
 #include "host/config.h"
 #include "host/model_types.h"
@@ -22,10 +23,8 @@ static std::string human_bytes(double b) {
 }
 
 // Prints the config keys that decide size and shape, if the folder has a config.json.
-static void print_config_summary(const std::string& dir) {
-    std::string path = dir + "/config.json";
-    if (!path_exists(path)) return;
-    ModelConfig c = load_checked_config(dir);  // what every engine requires: known model_type, sane sizes
+static void print_config_summary(const ModelConfig& c) {
+    const std::string& path = c.path;
     const nlohmann::json& j = c.file;
     std::printf("config: %s (model_type %s, run by build/<arch>/%s)\n", path.c_str(), c.model_type.c_str(),
                 find_model_type(c.model_type)->engine);
@@ -45,8 +44,10 @@ static void print_config_summary(const std::string& dir) {
 
 static int inspect(const std::string& path) {
     Checkpoint ck = Checkpoint::open(path);
+    std::unique_ptr<ModelConfig> cfg;  // checked before anything is printed: what every engine requires
+    if (path_is_dir(path) && path_exists(path + "/config.json")) cfg = std::make_unique<ModelConfig>(load_checked_config(path));
     std::printf("checkpoint: %s (%zu file%s)\n", path.c_str(), ck.files().size(), ck.files().size() == 1 ? "" : "s");
-    if (path_is_dir(path)) print_config_summary(path);
+    if (cfg) print_config_summary(*cfg);
     std::vector<const TensorView*> sorted;
     for (const TensorView& t : ck.tensors()) sorted.push_back(&t);
     std::sort(sorted.begin(), sorted.end(), [](const TensorView* a, const TensorView* b) { return a->name < b->name; });

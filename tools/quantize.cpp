@@ -18,7 +18,11 @@
 // sums their Gram matrices over all DIRs. An FP8 output projection is GPTQ'd too, from final_norm.npy (its
 // input, which every --dump-dir holds); a bf16 one stays as it is. config.json's quantization_config then
 // also says "method": "gptq" and the number of calibration tokens.
+#include <dirent.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <map>
@@ -29,6 +33,7 @@
 #include "host/bf16.h"
 #include "host/config.h"
 #include "host/errors.h"
+#include "host/files.h"
 #include "host/gptq.h"
 #include "host/npy.h"
 #include "host/quant.h"
@@ -123,12 +128,54 @@ static void add_copy(SafetensorsWriter& wr, const TensorView& t) {
     wr.add(t.name, t.dtype, t.shape, [&t] { return std::vector<uint8_t>(t.data, t.data + t.nbytes()); });
 }
 
+static void write_file(const std::string& path, const std::string& bytes) {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f) die("%s: cannot open for writing (%s)", path.c_str(), strerror(errno));
+    bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+    if (std::fclose(f) != 0 || !ok) die("%s: write failed (disk full?)", path.c_str());
+}
+
 static void copy_file_if_present(const std::string& from, const std::string& to) {
-    std::ifstream in(from, std::ios::binary);
-    if (!in) return;
-    std::ofstream out(to, std::ios::binary);
-    out << in.rdbuf();
-    if (!out) die("%s: write failed", to.c_str());
+    struct stat st;
+    if (::stat(from.c_str(), &st) != 0 && errno == ENOENT) return;
+    write_file(to, read_file_bounded(from, kTokenizerMaxBytes));
+}
+
+// ---- the output folder: never the input, never half-written ----
+
+// The absolute, symlink-free form of a path that may not exist yet (its parent must).
+static std::string resolved(const std::string& path) {
+    char buf[PATH_MAX];
+    if (realpath(path.c_str(), buf)) return buf;
+    std::string parent = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
+    std::string base = path.substr(parent.size() + (parent.empty() ? 0 : 1));
+    if (parent.empty()) parent = ".";
+    if (!realpath(parent.c_str(), buf)) die("%s: its folder %s does not exist", path.c_str(), parent.c_str());
+    return std::string(buf) + "/" + base;
+}
+
+// Refuses an output that is, or is inside, the input folder, or that already holds files.
+static void check_output(const std::string& in, const std::string& out) {
+    std::string a = resolved(in), b = resolved(out);
+    if (b == a || b.compare(0, a.size() + 1, a + "/") == 0)
+        die("%s: the output %s the input folder %s; give another folder", out.c_str(), b == a ? "is" : "is inside", in.c_str());
+    if (DIR* d = opendir(out.c_str())) {
+        int entries = 0;
+        while (dirent* e = readdir(d)) entries += std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0;
+        closedir(d);
+        if (entries) die("%s: already exists and is not empty; quantize writes a new folder", out.c_str());
+    } else if (path_exists(out)) {
+        die("%s: exists and is not a folder", out.c_str());
+    }
+}
+
+static void remove_tree(const std::string& dir) {
+    if (DIR* d = opendir(dir.c_str())) {
+        while (dirent* e = readdir(d))
+            if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) std::remove((dir + "/" + e->d_name).c_str());
+        closedir(d);
+    }
+    rmdir(dir.c_str());
 }
 
 // ---- calibration (--calib): which dumped input feeds a projection, and the GPTQ factor of each input ----
@@ -184,12 +231,12 @@ static std::map<std::string, GptqFactor> calib_factors(const std::vector<const T
     return out;
 }
 
-static int quantize(const std::string& in, const std::string& out, const std::string& dtype, const std::string& head,
-                    const std::vector<std::string>& calib, double damp) {
+// Writes the quantized checkpoint into `out`, a fresh folder (quantize() renames it into place when complete).
+static int quantize_into(const std::string& in, const std::string& out, const std::string& final_out, const std::string& dtype,
+                         const std::string& head, const std::vector<std::string>& calib, double damp) {
     Checkpoint ck = Checkpoint::open(in);
     nlohmann::json cfg = read_json_file(in + "/config.json");
     if (cfg.contains("quantization_config")) die("%s/config.json: the checkpoint is quantized already", in.c_str());
-    if (mkdir(out.c_str(), 0755) != 0 && errno != EEXIST) die("%s: cannot create (%s)", out.c_str(), strerror(errno));
     SafetensorsWriter wr;
     std::vector<const TensorView*> tensors;
     for (const TensorView& t : ck.tensors()) tensors.push_back(&t);
@@ -227,13 +274,38 @@ static int quantize(const std::string& in, const std::string& out, const std::st
     wr.write(out + "/model.safetensors", {{"format", "pt"}});
     cfg["quantization_config"] = {{"quant_method", "monocu"}, {"weights", dtype}, {"lm_head", head}};
     if (!calib.empty()) cfg["quantization_config"]["method"] = "gptq", cfg["quantization_config"]["calibration_tokens"] = calib_tokens;
-    std::ofstream(out + "/config.json") << cfg.dump(2) << "\n";
+    write_file(out + "/config.json", cfg.dump(2) + "\n");
     for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
         copy_file_if_present(in + "/" + f, out + "/" + f);
     Checkpoint check = Checkpoint::open(out);  // what we wrote must pass our own validation
     std::printf("quantize: %d projections to %s%s (lm_head %s%s); %s: %zu tensors, %.2f MiB\n", n_proj, dtype.c_str(),
                 calib.empty() ? "" : strf(" by GPTQ over %lld calibration tokens", (long long)calib_tokens).c_str(), head.c_str(),
-                head_factor ? " by GPTQ" : "", out.c_str(), check.tensors().size(), check.total_bytes() / 1048576.0);
+                head_factor ? " by GPTQ" : "", final_out.c_str(), check.tensors().size(), check.total_bytes() / 1048576.0);
+    return 0;
+}
+
+// The output is written to OUT.partial-PID beside OUT and renamed to OUT only when complete and valid, so a failed
+// run never leaves a folder that looks like a checkpoint, and never touches the input (refused as an output).
+static int quantize(const std::string& in, const std::string& out, const std::string& dtype, const std::string& head,
+                    const std::vector<std::string>& calib, double damp) {
+    if (!path_is_dir(in)) die("%s: not a checkpoint folder", in.c_str());
+    std::string target = out;
+    while (target.size() > 1 && target.back() == '/') target.pop_back();
+    check_output(in, target);
+    std::string tmp = target + strf(".partial-%d", (int)getpid());
+    if (mkdir(tmp.c_str(), 0755) != 0) die("%s: cannot create (%s)", tmp.c_str(), strerror(errno));
+    try {
+        quantize_into(in, tmp, target, dtype, head, calib, damp);
+    } catch (...) {
+        remove_tree(tmp);
+        throw;
+    }
+    if (path_is_dir(target)) rmdir(target.c_str());  // empty (check_output): replaced by the complete one
+    if (std::rename(tmp.c_str(), target.c_str()) != 0) {
+        int e = errno;
+        remove_tree(tmp);
+        die("%s: cannot move the finished output into place (%s)", target.c_str(), strerror(e));
+    }
     return 0;
 }
 

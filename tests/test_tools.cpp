@@ -1,0 +1,98 @@
+// The host tools as a user runs them, on hostile arguments (issue 33): tools/quantize never writes into or over its
+// input and never leaves a half-written output; tools/inspect refuses what no engine can run. Skips when the tools
+// are not built (make builds them before the host tests).
+#include <dirent.h>
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "test_util.h"
+
+using namespace monocu_test;
+
+static bool built(const char* tool) { return access(tool, X_OK) == 0; }
+
+static std::string slurp(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+static std::vector<std::string> entries(const std::string& dir) {
+    std::vector<std::string> out;
+    if (DIR* d = opendir(dir.c_str())) {
+        while (dirent* e = readdir(d))
+            if (e->d_name[0] != '.') out.push_back(e->d_name);
+        closedir(d);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+TEST_CASE("quantize refuses its own input as output, and an output inside it; a failed run leaves nothing") {
+    const char* q = "build/tools/quantize";
+    if (!built(q)) {
+        MESSAGE("skipped: build/tools/quantize not built");
+        return;
+    }
+    TempDir dir;
+    std::string m = dir / "m", log;
+    REQUIRE(run_command("cp -r models/pycoder-13m " + m, &log) == 0);
+    std::string shard = m + "/model-00001-of-00002.safetensors", before = slurp(shard);
+    REQUIRE(before.size() > 1000);
+    CHECK(run_command(std::string(q) + " " + m + " " + m + " --dtype int4", &log) == 1);
+    CHECK(log.find("the output is the input folder") != std::string::npos);
+    CHECK(run_command(std::string(q) + " " + m + " " + m + "/ --dtype int4", &log) == 1);
+    CHECK(run_command(std::string(q) + " " + m + " " + m + "/sub --dtype int4", &log) == 1);
+    CHECK(log.find("is inside the input folder") != std::string::npos);
+    CHECK(slurp(shard) == before);  // the input untouched
+    CHECK(entries(m) == std::vector<std::string>{"config.json", "generation_config.json", "model-00001-of-00002.safetensors",
+                                                 "model-00002-of-00002.safetensors", "model.safetensors.index.json", "tokenizer.json",
+                                                 "tokenizer_config.json"});
+    // A run that fails midway (calibration dumps that do not exist) leaves no output folder, and no partial one.
+    CHECK(run_command(std::string(q) + " " + m + " " + (dir / "out") + " --dtype int4 --calib " + (dir / "nowhere"), &log) == 1);
+    CHECK(entries(dir.path) == std::vector<std::string>{"m"});
+    // A good run makes the folder whole; a second run into it is refused (it is not empty).
+    REQUIRE(run_command(std::string(q) + " " + m + " " + (dir / "out") + " --dtype int4", &log) == 0);
+    CHECK(entries(dir / "out") == std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                                                           "tokenizer_config.json"});
+    CHECK(run_command(std::string(q) + " " + m + " " + (dir / "out") + " --dtype fp8", &log) == 1);
+    CHECK(log.find("already exists and is not empty") != std::string::npos);
+}
+
+TEST_CASE("inspect refuses configs no engine can run, and files that are not regular files, in one line") {
+    const char* ins = "build/tools/inspect";
+    if (!built(ins)) {
+        MESSAGE("skipped: build/tools/inspect not built");
+        return;
+    }
+    TempDir dir;
+    std::string m = dir / "m", log;
+    REQUIRE(run_command("cp -r models/pycoder-13m " + m, &log) == 0);
+    REQUIRE(run_command(std::string(ins) + " " + m, &log) == 0);
+    std::string good = slurp(m + "/config.json");
+    struct Case { std::string from, to, message; };
+    for (const Case& c : {Case{"\"hidden_size\": 384", "\"hidden_size\": 0", "'hidden_size' must be positive, found 0"},
+                          Case{"\"hidden_size\": 384", "\"hidden_size\": \"384\"", "'hidden_size' must be an integer"},
+                          Case{"\"num_hidden_layers\": 6", "\"num_hidden_layers\": 1099511627776", "'num_hidden_layers' = 1099511627776 is out of range"},
+                          Case{"\"vocab_size\": ", "\"vocab_size\": -1, \"x\": ", "'vocab_size' must be positive, found -1"},
+                          Case{"\"model_type\": \"qwen3\"", "\"model_type\": \"gpt2\"", "model_type 'gpt2' is not one monocu runs"}}) {
+        CAPTURE(c.to);
+        std::string text = good;
+        size_t at = text.find(c.from);
+        REQUIRE(at != std::string::npos);
+        text.replace(at, c.from.size(), c.to);
+        write_file(m + "/config.json", text);
+        CHECK(run_command(std::string(ins) + " " + m, &log) == 1);
+        CHECK(log.find(c.message) != std::string::npos);
+        CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+    }
+    write_file(m + "/config.json", good);
+    // A FIFO where the weights should be: an error at once, not a hang.
+    REQUIRE(run_command("rm " + m + "/model-00002-of-00002.safetensors && mkfifo " + m + "/model-00002-of-00002.safetensors", &log) == 0);
+    CHECK(run_command("timeout 10 " + std::string(ins) + " " + m, &log) == 1);
+    CHECK(log.find("is a FIFO, not a regular file") != std::string::npos);
+}
