@@ -22,7 +22,9 @@ import path from "node:path";
 const require = createRequire(import.meta.url);
 const HF = "tests/data/hf";
 const { Tokenizer } = require(path.resolve(HF, "node_modules/tokenizers"));
-const NAMES = ["qwen3", "llama3_1", "gptoss", "gemma3", "deepseek_v3", "llama2", "llama3_2", "qwen2_5"];
+const NAMES = ["qwen3", "llama3_1", "gptoss", "gemma3", "deepseek_v3", "llama2", "llama3_2", "qwen2_5",
+  // Committed here compressed (tests/data/tokenizers/SOURCES.md): TinyLlama-1.1B-Chat-v1.0, Mistral-7B-v0.3, SmolLM2-135M-Instruct, SmolLM3-3B.
+  "tinyllama", "mistral_v0_3", "smollm2", "smollm3"];
 const MS = "\u2581";
 const VARIANTS = {
   // Mistral v0.3 / Llama 2 with legacy=false: no normalizer, Metaspace "first" without split.
@@ -46,6 +48,11 @@ const VARIANTS = {
     pre_tokenizer: { type: "Sequence", pretokenizers: [
       { type: "Split", pattern: { String: "\n" }, behavior: "MergedWithPrevious", invert: false },
       { type: "Metaspace", replacement: MS, prepend_scheme: "first", split: true }] } } },
+  // Llama 1/2 files of the older form (e.g. hf-internal-testing/llama-tokenizer) mark <unk>, <s>, </s>
+  // "normalized": true: they match after the Prepend/Replace normalizer, as "▁</s>", and decode as that.
+  llama_normalized_added: { base: "tinyllama", overrides: {
+    added_tokens: ["<unk>", "<s>", "</s>"].map((content, id) => ({ id, content, single_word: false, lstrip: false,
+      rstrip: false, normalized: true, special: true })) } },
   // SmolLM2's (StarCoder's) pre-tokenizer: each digit alone, then GPT-2's ByteLevel.
   digits_bytelevel: { base: "qwen2_5", overrides: {
     pre_tokenizer: { type: "Sequence", pretokenizers: [

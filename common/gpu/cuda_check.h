@@ -4,7 +4,7 @@
 //   CUDA_CHECK(cudaMalloc(&p, bytes));
 //   my_kernel<<<grid, block, 0, stream>>>(...); LAUNCH_CHECK();
 //   CUBLAS_CHECK(cublasGemmEx(...));
-//   require_cuda_device();            // UserError "no CUDA device: ..." when there is none
+//   require_cuda_device();            // UserError saying what is missing: driver, device, memory, arch
 //   compute_capability_major();       // of the current device: 9 for Hopper
 //
 // A failing CUDA call is a bug or a driver problem, not bad user input: it prints the function,
@@ -13,6 +13,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -47,11 +48,38 @@ inline const char* cublas_status_name(cublasStatus_t s) {
 }
 
 // Throws UserError when no usable CUDA device exists; returns the device count otherwise.
+// The GPU this process will use, checked, with a message that says what is missing: no NVIDIA driver at all, a
+// driver older than the CUDA runtime this binary was built with, no device, a device busy or out of memory, or a
+// compute capability this build has no code for.
 inline int require_cuda_device() {
+    if (void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) dlclose(lib);
+    else die("no NVIDIA driver: libcuda.so.1 cannot be loaded (%s)", dlerror());
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) die("no CUDA device: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
-    if (n == 0) die("no CUDA device: the driver reports none");
+    if (e == cudaErrorInsufficientDriver) {
+        int driver = 0, runtime = 0;
+        cudaDriverGetVersion(&driver);
+        cudaRuntimeGetVersion(&runtime);
+        die("the NVIDIA driver supports CUDA %d.%d; this build needs %d.%d (update the driver)", driver / 1000, driver % 1000 / 10,
+            runtime / 1000, runtime % 1000 / 10);
+    }
+    if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0)) die("no CUDA device: the driver is loaded but reports no GPU");
+    if (e != cudaSuccess) die("no usable CUDA device: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+    e = cudaFree(nullptr);  // creates the context: where a busy or full GPU shows
+    if (e == cudaErrorDevicesUnavailable) die("the GPU is busy: another process holds it (exclusive compute mode)");
+    if (e == cudaErrorMemoryAllocation) die("the GPU is out of memory before loading anything (other processes hold it)");
+    if (e != cudaSuccess) die("cannot use the GPU: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+#ifdef __CUDA_ARCH_LIST__
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) == cudaSuccess) {
+        const int built[] = {__CUDA_ARCH_LIST__};
+        bool ok = false;
+        for (int a : built) ok = ok || a == p.major * 100 + p.minor * 10;
+        if (!ok)
+            die("the GPU (%s) has compute capability %d.%d; this binary was built for sm_%d only (rebuild with make ARCH=sm_%d%d)",
+                p.name, p.major, p.minor, built[0] / 10, p.major, p.minor);
+    }
+#endif
     return n;
 }
 

@@ -169,6 +169,9 @@ struct AddedToken {
     std::string content;
     bool special = false, lstrip = false, rstrip = false, single_word = false, normalized = false;
     bool layout = false;  // only whitespace or U+2581 (Gemma's "\n\n", "\t\t"): still a token inside plain ranges
+    // What decode feeds the decoder for it: the content, or for a normalized token the content after the
+    // normalizer (HF does the same: a Llama file's normalized "</s>" decodes as "▁</s>", so " </s>").
+    std::string decode_text;
 };
 
 // Leftmost-longest matching of many literal strings (HF uses Aho-Corasick with that match kind).
@@ -743,7 +746,11 @@ inline std::string Tokenizer::decode(const std::vector<int>& ids) const {
     std::vector<std::string> tokens;
     tokens.reserve(ids.size());
     for (int id : ids)
-        if (id >= 0 && id < vocab_size() && (in_model_[size_t(id)] || added_by_id_.count(id))) tokens.push_back(id_to_text_[size_t(id)]);
+        if (id >= 0 && id < vocab_size()) {
+            auto added = added_by_id_.find(id);
+            if (added != added_by_id_.end()) tokens.push_back(added_[size_t(added->second)].decode_text);
+            else if (in_model_[size_t(id)]) tokens.push_back(id_to_text_[size_t(id)]);
+        }
     if (!has_decoder_) {  // HF joins with spaces when there is no decoder
         std::string out;
         for (size_t k = 0; k < tokens.size(); k++) out += (k ? " " : "") + tokens[k];

@@ -382,9 +382,10 @@ struct TokenizerLoader {
         }
         t.special_.assign(t.id_to_text_.size(), 0);
         for (size_t k = 0; k < t.added_.size(); k++) {
-            const AddedToken& a = t.added_[k];
+            AddedToken& a = t.added_[k];
             if (a.special) t.special_[size_t(a.id)] = 1;
-            if (a.normalized) t.normalized_trie_.add(t.normalize(a.content), int(k));
+            a.decode_text = a.normalized ? t.normalize(a.content) : a.content;
+            if (a.normalized) t.normalized_trie_.add(a.decode_text, int(k));
             else t.raw_trie_.add(a.content, int(k));
         }
     }
