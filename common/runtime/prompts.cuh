@@ -25,12 +25,19 @@
 
 namespace monocu {
 
+// A prompt must be valid UTF-8 (kb/decisions.md: an error, not a silent U+FFFD); the error says where.
+inline void check_prompt_utf8(const std::string& text, const char* what) {
+    size_t at = utf8_first_invalid(text);
+    if (at != std::string::npos) die("%s: invalid UTF-8 at byte %zu (0x%02x)", what, at, (unsigned)(unsigned char)text[at]);
+}
+
 inline void check_ids_in_vocab(const std::vector<int>& ids, int vocab) {
     for (int id : ids)
         if (id < 0 || id >= vocab) die("tokenizer produced id %d outside the model's vocabulary (%d)", id, vocab);
 }
 
 inline std::vector<int> chat_prompt_ids(const Options& o, const std::vector<ChatMessage>& msgs, int vocab, const Tokenizer& tok) {
+    for (const ChatMessage& m : msgs) check_prompt_utf8(m.content, "a message");
     ChatOptions co;
     co.enable_thinking = !o.no_think;
     std::vector<int> ids = encode_chat(tok, msgs, co);  // BOS comes from the template where the family has one
@@ -43,6 +50,7 @@ inline std::vector<int> chat_prompt_ids(const Options& o, const std::vector<Chat
 inline std::vector<int> prompt_ids(const Options& o, const std::string& text, int vocab, const Tokenizer* tok) {
     if (!o.ids_file.empty()) return read_ids_file(o.ids_file, vocab);
     if (!tok) die("%s: no tokenizer.json; give the prompt as token ids with --ids", o.model.c_str());
+    check_prompt_utf8(text, o.prompt_file.empty() ? "the prompt" : o.prompt_file.c_str());
     if (!o.raw && !tok->chat_template().empty()) {
         std::vector<ChatMessage> msgs;
         if (!o.system.empty()) msgs.push_back({"system", o.system});

@@ -52,11 +52,17 @@ inline int context_size(const Options& o, const ModelInfo& info) {
 }
 
 // One prompt: print it when it is raw text (the completion reads on from it), generate, print the timings.
+// The one prompt of -p / -f / --ids, as text (empty for --ids) and ids: read and tokenized before the GPU.
+struct Prompt {
+    std::string text;
+    std::vector<int> ids;
+};
+
 template <class M>
-int generate_once(M& m, Runtime& rt, Generator<M>& g, const Tokenizer* tok, const Options& o, const std::vector<int>& eos,
-                  double t_start, Timings& tm) {
-    std::string text = o.ids_file.empty() ? (o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file)) : std::string();
-    std::vector<int> ids = prompt_ids(o, text, m.info().vocab, tok);
+int generate_once(Runtime& rt, Generator<M>& g, const Tokenizer* tok, const Options& o, const Prompt& prompt,
+                  const std::vector<int>& eos, double t_start, Timings& tm) {
+    const std::string& text = prompt.text;
+    const std::vector<int>& ids = prompt.ids;
     rt.taps.ids("prompt_ids", ids);
     FILE* trace = o.trace_file.empty() ? nullptr : std::fopen(o.trace_file.c_str(), "w");
     if (!o.trace_file.empty() && !trace) die("--trace %s: cannot open for writing", o.trace_file.c_str());
@@ -95,6 +101,7 @@ int engine_main(int argc, char** argv) {
         }
         double t_start = wall_ms();
         // Everything a user can get wrong, before the GPU.
+        if (!path_is_dir(o.model)) die("-m %s: %s", o.model.c_str(), path_exists(o.model) ? "not a folder (give the checkpoint's folder)" : "no such folder");
         M m(o.model);
         ModelInfo info = m.info();
         GenerationConfig gen = load_generation_config(o.model);
@@ -103,8 +110,11 @@ int engine_main(int argc, char** argv) {
             tok = std::make_unique<Tokenizer>(Tokenizer::load(o.model));
         if (o.chat && (!tok || tok->chat_template().empty()))
             die("%s: -cnv needs a chat template (tokenizer_config.json or chat_template.jinja has none)", o.model.c_str());
-        if (!o.prompt_file.empty()) read_text_file(o.prompt_file);
-        if (!o.ids_file.empty()) read_ids_file(o.ids_file, info.vocab);
+        Prompt prompt;  // -p / -f / --ids: read and tokenized now (a bad file or invalid UTF-8 is said before the GPU)
+        if (!o.bench && !o.chat && o.in_file.empty()) {
+            if (o.ids_file.empty()) prompt.text = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file);
+            prompt.ids = prompt_ids(o, prompt.text, info.vocab, tok.get());
+        }
         if (!o.in_file.empty()) read_batch_lines(o.in_file);
         Checkpoint ck = Checkpoint::open(o.model);
 
@@ -146,7 +156,7 @@ int engine_main(int argc, char** argv) {
         std::vector<int> eos = end_of_generation_ids(info, gen, tok.get());
         if (o.chat) return chat_loop(g, tok.get(), o, info.vocab, eos);
         if (!o.in_file.empty()) return batch_file(g, tok.get(), o, info.vocab, eos);
-        return generate_once(m, rt, g, tok.get(), o, eos, t_start, tm);
+        return generate_once(rt, g, tok.get(), o, prompt, eos, t_start, tm);
     });
 }
 

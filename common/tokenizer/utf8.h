@@ -2,7 +2,7 @@
 //
 // Usage:
 //   size_t i = 0; uint32_t cp = utf8_next(s, n, i);    // next code point; U+FFFD for an invalid sequence
-//   utf8_append(out, cp);  utf8_is_valid(s);  utf8_repair(s);  utf8_decode_all(s, n, cps, offsets);
+//   utf8_append(out, cp);  utf8_is_valid(s);  utf8_first_invalid(s);  utf8_repair(s);  utf8_decode_all(s, n, cps, offsets);
 #pragma once
 
 #include <cstddef>
@@ -55,14 +55,16 @@ inline void utf8_append(std::string& out, uint32_t cp) {
     }
 }
 
-inline bool utf8_is_valid(const std::string& s) {
+// The byte offset of the first invalid sequence, or npos when s is valid UTF-8.
+inline size_t utf8_first_invalid(const std::string& s) {
     for (size_t i = 0; i < s.size();) {
         size_t start = i;
-        if (utf8_next(s.data(), s.size(), i) == 0xFFFD &&
-            !(i - start == 3 && s.compare(start, 3, "\xEF\xBF\xBD") == 0)) return false;
+        if (utf8_next(s.data(), s.size(), i) == 0xFFFD && !(i - start == 3 && s.compare(start, 3, "\xEF\xBF\xBD") == 0)) return start;
     }
-    return true;
+    return std::string::npos;
 }
+
+inline bool utf8_is_valid(const std::string& s) { return utf8_first_invalid(s) == std::string::npos; }
 
 // Valid UTF-8 unchanged; otherwise each maximal invalid subsequence replaced by U+FFFD.
 inline std::string utf8_repair(const std::string& s) {
