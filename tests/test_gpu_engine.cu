@@ -224,3 +224,29 @@ TEST_CASE("batch files: one JSON result per line, the same text as -p, bad lines
     }
     CHECK(lines[0].compare(t + 8, expected.size(), expected) == 0);
 }
+
+// -cnv (runtime/chat_loop.cuh): the shipped model with a chat template added (any Jinja template runs), two turns
+// from stdin, then /exit. The second turn runs only what the KV cache does not hold (-v says how many prompt tokens
+// came from the cache), both replies are printed, and the program ends with status 0.
+TEST_CASE("chat: two turns keep the KV cache, then /exit") {
+    std::string engine = std::string(MONOCU_BUILD_DIR) + "/qwen3";
+    REQUIRE_MESSAGE(access(engine.c_str(), X_OK) == 0, engine, " not built (run make)");
+    TempDir dir;
+    std::string m = dir / "m", log;
+    REQUIRE(run_command("cp -r models/pycoder-13m " + m, &log) == 0);
+    std::string cfg = file_text(m + "/tokenizer_config.json");
+    size_t brace = cfg.find('{');
+    REQUIRE(brace != std::string::npos);
+    cfg.insert(brace + 1, "\n  \"chat_template\": \"{% for m in messages %}# {{ m.role }}\\n{{ m.content }}\\n{% endfor %}"
+                          "{% if add_generation_prompt %}# assistant\\n{% endif %}\",");
+    std::ofstream(m + "/tokenizer_config.json") << cfg;
+    std::ofstream(dir / "turns.txt") << "def add(a, b):\nclass Stack:\n/exit\n";
+    REQUIRE_MESSAGE(run_command(engine + " -m " + m + " -cnv --temp 0 -n 12 -v < " + (dir / "turns.txt"), &log) == 0, log);
+    CHECK(log.find("> ") != std::string::npos);
+    size_t first = log.find("prompt tokens (0 from the cache)"), second = log.find(" from the cache)", first + 1);
+    REQUIRE_MESSAGE(first != std::string::npos, log);
+    REQUIRE_MESSAGE(second != std::string::npos, log);
+    size_t open = log.rfind('(', second);
+    int reused = std::atoi(log.c_str() + open + 1);
+    CHECK_MESSAGE(reused > 5, "second turn reused ", reused, " tokens: ", log);
+}

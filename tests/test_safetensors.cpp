@@ -130,9 +130,9 @@ TEST_CASE("a folder without weights is a clear error") {
 }
 
 TEST_CASE("build/tools/inspect lists a valid sharded checkpoint and rejects each hostile file") {
-    const char* inspect = "build/tools/inspect";
+    const char* inspect = MONOCU_HOST_BUILD_DIR "/tools/inspect";
     if (access(inspect, X_OK) != 0) {
-        MESSAGE("skipped: build/tools/inspect not built (run make first)");
+        MESSAGE("skipped: " << inspect << " not built (run make first)");
         return;
     }
     TempDir dir;

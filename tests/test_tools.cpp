@@ -12,7 +12,7 @@
 
 using namespace monocu_test;
 
-static bool built(const char* tool) { return access(tool, X_OK) == 0; }
+static bool built(const std::string& tool) { return access(tool.c_str(), X_OK) == 0; }
 
 static std::string slurp(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
@@ -33,9 +33,9 @@ static std::vector<std::string> entries(const std::string& dir) {
 }
 
 TEST_CASE("quantize refuses its own input as output, and an output inside it; a failed run leaves nothing") {
-    const char* q = "build/tools/quantize";
+    const std::string q = MONOCU_HOST_BUILD_DIR "/tools/quantize";
     if (!built(q)) {
-        MESSAGE("skipped: build/tools/quantize not built");
+        MESSAGE("skipped: " << q << " not built");
         return;
     }
     TempDir dir;
@@ -43,36 +43,36 @@ TEST_CASE("quantize refuses its own input as output, and an output inside it; a 
     REQUIRE(run_command("cp -r models/pycoder-13m " + m, &log) == 0);
     std::string shard = m + "/model-00001-of-00002.safetensors", before = slurp(shard);
     REQUIRE(before.size() > 1000);
-    CHECK(run_command(std::string(q) + " " + m + " " + m + " --dtype int4", &log) == 1);
+    CHECK(run_command(q + " " + m + " " + m + " --dtype int4", &log) == 1);
     CHECK(log.find("the output is the input folder") != std::string::npos);
-    CHECK(run_command(std::string(q) + " " + m + " " + m + "/ --dtype int4", &log) == 1);
-    CHECK(run_command(std::string(q) + " " + m + " " + m + "/sub --dtype int4", &log) == 1);
+    CHECK(run_command(q + " " + m + " " + m + "/ --dtype int4", &log) == 1);
+    CHECK(run_command(q + " " + m + " " + m + "/sub --dtype int4", &log) == 1);
     CHECK(log.find("is inside the input folder") != std::string::npos);
     CHECK(slurp(shard) == before);  // the input untouched
     CHECK(entries(m) == std::vector<std::string>{"config.json", "generation_config.json", "model-00001-of-00002.safetensors",
                                                  "model-00002-of-00002.safetensors", "model.safetensors.index.json", "tokenizer.json",
                                                  "tokenizer_config.json"});
     // A run that fails midway (calibration dumps that do not exist) leaves no output folder, and no partial one.
-    CHECK(run_command(std::string(q) + " " + m + " " + (dir / "out") + " --dtype int4 --calib " + (dir / "nowhere"), &log) == 1);
+    CHECK(run_command(q + " " + m + " " + (dir / "out") + " --dtype int4 --calib " + (dir / "nowhere"), &log) == 1);
     CHECK(entries(dir.path) == std::vector<std::string>{"m"});
     // A good run makes the folder whole; a second run into it is refused (it is not empty).
-    REQUIRE(run_command(std::string(q) + " " + m + " " + (dir / "out") + " --dtype int4", &log) == 0);
+    REQUIRE(run_command(q + " " + m + " " + (dir / "out") + " --dtype int4", &log) == 0);
     CHECK(entries(dir / "out") == std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                                                            "tokenizer_config.json"});
-    CHECK(run_command(std::string(q) + " " + m + " " + (dir / "out") + " --dtype fp8", &log) == 1);
+    CHECK(run_command(q + " " + m + " " + (dir / "out") + " --dtype fp8", &log) == 1);
     CHECK(log.find("already exists and is not empty") != std::string::npos);
 }
 
 TEST_CASE("inspect refuses configs no engine can run, and files that are not regular files, in one line") {
-    const char* ins = "build/tools/inspect";
+    const std::string ins = MONOCU_HOST_BUILD_DIR "/tools/inspect";
     if (!built(ins)) {
-        MESSAGE("skipped: build/tools/inspect not built");
+        MESSAGE("skipped: " << ins << " not built");
         return;
     }
     TempDir dir;
     std::string m = dir / "m", log;
     REQUIRE(run_command("cp -r models/pycoder-13m " + m, &log) == 0);
-    REQUIRE(run_command(std::string(ins) + " " + m, &log) == 0);
+    REQUIRE(run_command(ins + " " + m, &log) == 0);
     std::string good = slurp(m + "/config.json");
     struct Case { std::string from, to, message; };
     for (const Case& c : {Case{"\"hidden_size\": 384", "\"hidden_size\": 0", "'hidden_size' must be positive, found 0"},
@@ -86,13 +86,13 @@ TEST_CASE("inspect refuses configs no engine can run, and files that are not reg
         REQUIRE(at != std::string::npos);
         text.replace(at, c.from.size(), c.to);
         write_file(m + "/config.json", text);
-        CHECK(run_command(std::string(ins) + " " + m, &log) == 1);
+        CHECK(run_command(ins + " " + m, &log) == 1);
         CHECK(log.find(c.message) != std::string::npos);
         CHECK(std::count(log.begin(), log.end(), '\n') == 1);
     }
     write_file(m + "/config.json", good);
     // A FIFO where the weights should be: an error at once, not a hang.
     REQUIRE(run_command("rm " + m + "/model-00002-of-00002.safetensors && mkfifo " + m + "/model-00002-of-00002.safetensors", &log) == 0);
-    CHECK(run_command("timeout 10 " + std::string(ins) + " " + m, &log) == 1);
+    CHECK(run_command("timeout 10 " + ins + " " + m, &log) == 1);
     CHECK(log.find("is a FIFO, not a regular file") != std::string::npos);
 }

@@ -12,6 +12,11 @@
 #include <string>
 #include <vector>
 
+// Where the host tools are (the Makefile passes its build folder: build/, or build/san/ with SAN=1).
+#ifndef MONOCU_HOST_BUILD_DIR
+#define MONOCU_HOST_BUILD_DIR "build"
+#endif
+
 namespace monocu_test {
 
 // A fresh folder under /tmp, removed with everything in it when the object goes away.

@@ -4,8 +4,17 @@
 //   build/tools/tokenize -m DIR --stdin            the same for all of standard input
 //   build/tools/tokenize -m DIR --plain -p TEXT    no added/special token recognised
 //   build/tools/tokenize -m DIR --decode "1 2 3"   the text (HF decode, skip_special_tokens=False)
-//   build/tools/tokenize -m DIR --chat FILE.json   [{"role":..,"content":..}, ...] -> the rendered prompt with the
-//                                                  generation prompt; --no-think for Qwen3, --date YYYY-MM-DD for GPT-OSS
+//   build/tools/tokenize -m DIR --chat FILE.json   the prompt rendered by the checkpoint's chat template, as transformers'
+//                                                  apply_chat_template(..., tokenize=False) renders it (common/tokenizer/
+//                                                  chat_template.h). FILE.json: a list of messages, or {"messages": [...],
+//                                                  "tools": [...], "add_generation_prompt": false, ...kwargs}; the
+//                                                  generation prompt is added unless it says false. --no-think sets
+//                                                  enable_thinking=false, --date YYYY-MM-DD fixes strftime_now's date,
+//                                                  --template-name NAME picks a named template (e.g. tool_use).
+//   build/tools/tokenize --template T.jinja --chat FILE.json [--special-tokens S.json | -m DIR]
+//                                                  the same with template T.jinja; special tokens ({"bos_token": ..,
+//                                                  "eos_token": ..}) from S.json or DIR's tokenizer_config.json, so a
+//                                                  template can be checked with no checkpoint at all
 //   build/tools/tokenize -m DIR --bench FILE       load time, and single-threaded encode MB/s over FILE
 #include <chrono>
 #include <cstdio>
@@ -16,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/chat.h"
+#include "tokenizer/chat_template.h"
 #include "host/errors.h"
 #include "tokenizer/tokenizer.h"
 
@@ -24,10 +33,12 @@ using namespace monocu;
 
 static const char* USAGE =
     "usage: tokenize -m DIR [-p TEXT | --stdin] [--plain] [--decode \"ID ID ...\"] [--chat FILE.json [--no-think] [--date D]]\n"
-    "                [--bench FILE]\n";
+    "                [--bench FILE]\n"
+    "       tokenize [-m DIR] --chat FILE.json [--template T.jinja] [--template-name NAME] [--special-tokens S.json]\n"
+    "                [--no-think] [--date YYYY-MM-DD]\n";
 
 struct Args {
-    std::string model, text, decode, chat, bench, date;
+    std::string model, text, decode, chat, bench, date, tmpl, tmpl_name, special;
     bool have_text = false, from_stdin = false, plain = false, no_think = false;
 };
 
@@ -49,9 +60,21 @@ static Args parse_args(int argc, char** argv) {
         else if (k == "--no-think") a.no_think = true;
         else if (k == "--date") a.date = value();
         else if (k == "--bench") a.bench = value();
+        else if (k == "--template") a.tmpl = value();
+        else if (k == "--template-name") a.tmpl_name = value();
+        else if (k == "--special-tokens") a.special = value();
         else die_usage("unknown flag '%s'", k.c_str());
     }
-    if (a.model.empty()) die_usage("-m DIR is required");
+    if (!a.tmpl.empty() || !a.special.empty() || !a.tmpl_name.empty()) {
+        if (a.chat.empty()) die_usage("--template, --template-name and --special-tokens go with --chat");
+        if (!a.special.empty() && a.tmpl.empty()) die_usage("--special-tokens goes with --template");
+        if (!a.special.empty() && !a.model.empty()) die_usage("give either -m DIR or --special-tokens, not both");
+    }
+    if (a.model.empty() && a.tmpl.empty()) die_usage("-m DIR is required");
+    int y, mo, d;
+    char rest;
+    if (!a.date.empty() && std::sscanf(a.date.c_str(), "%4d-%2d-%2d%c", &y, &mo, &d, &rest) != 3)
+        die_usage("--date '%s' is not YYYY-MM-DD", a.date.c_str());
     int modes = int(a.have_text || a.from_stdin) + int(!a.decode.empty()) + int(!a.chat.empty()) + int(!a.bench.empty());
     if (modes != 1) die_usage("give exactly one of -p/--stdin, --decode, --chat, --bench");
     return a;
@@ -72,18 +95,52 @@ static std::vector<int> parse_ids(const std::string& s) {
     return ids;
 }
 
-static std::vector<ChatMessage> read_chat(const std::string& path) {
+// --chat FILE.json: a list of messages, or an object with "messages" and the template's other arguments.
+// Key order is kept (ordered_json): tojson in a template prints keys in the order given.
+struct ChatInput {
+    nlohmann::ordered_json messages, kwargs = nlohmann::ordered_json::object();
+};
+
+static ChatInput read_chat_input(const std::string& path) {
     std::string text;
     if (!tok_read_file(path, text)) die("%s: cannot read", path.c_str());
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_array()) die("%s: expected a JSON list of {\"role\", \"content\"}", path.c_str());
-    std::vector<ChatMessage> msgs;
-    for (auto& m : j) {
-        if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") || !m["content"].is_string())
-            die("%s: message %zu is not {\"role\": string, \"content\": string}", path.c_str(), msgs.size());
-        msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, false);
+    ChatInput in;
+    if (!j.is_discarded() && j.is_array()) {
+        in.messages = j;
+    } else if (!j.is_discarded() && j.is_object() && j.contains("messages") && j["messages"].is_array()) {
+        in.messages = j["messages"];
+        for (auto it = j.begin(); it != j.end(); ++it) if (it.key() != "messages") in.kwargs[it.key()] = it.value();
+    } else {
+        die("%s: expected a JSON list of messages or {\"messages\": [...], ...}", path.c_str());
     }
-    return msgs;
+    return in;
+}
+
+// --chat: the checkpoint's (or --template's) Jinja chat template; a checkpoint with none is an error.
+static std::string render_chat_file(const Args& a) {
+    ChatInput in = read_chat_input(a.chat);
+    if (!in.kwargs.contains("add_generation_prompt")) in.kwargs["add_generation_prompt"] = true;
+    if (a.no_think) in.kwargs["enable_thinking"] = false;
+    if (!a.date.empty()) setenv("CHAT_TEMPLATE_NOW", (a.date + "T00:00:00").c_str(), 1);
+    ChatTemplate ct;
+    if (!a.tmpl.empty()) {
+        std::string text;
+        if (!tok_read_file(a.tmpl, text)) die("%s: cannot read", a.tmpl.c_str());
+        nlohmann::ordered_json special = nlohmann::ordered_json::object();
+        if (!a.special.empty()) {
+            std::string s;
+            if (!tok_read_file(a.special, s)) die("%s: cannot read", a.special.c_str());
+            special = nlohmann::ordered_json::parse(s, nullptr, false);
+            if (special.is_discarded() || !special.is_object()) die("%s: expected a JSON object of special tokens", a.special.c_str());
+        } else if (!a.model.empty()) {
+            special = ChatTemplate::load(a.model).special_tokens();
+        }
+        ct = ChatTemplate::from_text(text, a.tmpl, special);
+    } else {
+        ct = ChatTemplate::load(a.model);
+    }
+    return ct.render(in.messages, in.kwargs, a.tmpl_name);
 }
 
 // Load time, then encode throughput over the file: best of three passes, one thread.
@@ -107,19 +164,16 @@ int main(int argc, char** argv) {
     return run_main([&] {
         Args a = parse_args(argc, argv);
         if (!a.bench.empty()) { bench(a); return 0; }
+        if (!a.chat.empty()) {
+            std::string out = render_chat_file(a);
+            std::fwrite(out.data(), 1, out.size(), stdout);
+            return 0;
+        }
         Tokenizer tok = Tokenizer::load(a.model);
         if (!a.decode.empty()) {
             std::string out = tok.decode(parse_ids(a.decode));
             std::fwrite(out.data(), 1, out.size(), stdout);
             std::fputc('\n', stdout);
-            return 0;
-        }
-        if (!a.chat.empty()) {
-            ChatOptions o;
-            o.enable_thinking = !a.no_think;
-            o.date = a.date;
-            std::string out = render_chat(tok, read_chat(a.chat), o);
-            std::fwrite(out.data(), 1, out.size(), stdout);
             return 0;
         }
         if (a.from_stdin) a.text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());

@@ -4,6 +4,7 @@
 //   npy_write_f32("dump/layer_03.npy", host_ptr, {T, dim});
 //   npy_write_i32("dump/ids.npy", ids.data(), {(int64_t)ids.size()});
 //   NpyArray a = npy_read("oracle/layer_03.npy");   // a.shape, a.data (float32)
+//   NpyArray b = npy_parse(bytes, "label");          // the same from bytes in memory
 //
 // Reading accepts little-endian float32 ('<f4'), float64 ('<f8'), float16 ('<f2'), int32 ('<i4'),
 // int64 ('<i8') and bfloat16 (descr 'bfloat16', as ml_dtypes writes it), all widened to float,
@@ -104,9 +105,9 @@ inline void npy_write_i32(const std::string& path, const int32_t* data, const st
     npy_detail::write_raw(path, "<i4", data, 4, shape);
 }
 
-inline NpyArray npy_read(const std::string& path) {
+// The array in a .npy file's bytes; `path` names it in errors (the fuzz target calls this directly).
+inline NpyArray npy_parse(const std::string& bytes, const std::string& path) {
     using namespace npy_detail;
-    std::string bytes = read_file_bounded(path, 1ull << 36);
     if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0) die("%s: not a .npy file", path.c_str());
     int major = static_cast<unsigned char>(bytes[6]);
     size_t hlen, hstart;
@@ -150,5 +151,7 @@ inline NpyArray npy_read(const std::string& path) {
     }
     return a;
 }
+
+inline NpyArray npy_read(const std::string& path) { return npy_parse(read_file_bounded(path, 1ull << 36), path); }
 
 }  // namespace monocu

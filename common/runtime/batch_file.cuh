@@ -41,9 +41,10 @@ inline std::vector<BatchLine> read_batch_lines(const std::string& path) {
 }
 
 // The line's prompt ids and its own max_tokens (or -1); die()s with what is wrong.
-inline std::vector<int> batch_line_ids(const BatchLine& line, const Options& o, int vocab, const Tokenizer* tok, int* max_tokens) {
+inline std::vector<int> batch_line_ids(const BatchLine& line, const Options& o, int vocab, const Tokenizer* tok, const ChatTemplate& ct,
+                                       int* max_tokens) {
     *max_tokens = -1;
-    if (line.text[line.text.find_first_not_of(" \t")] != '{') return prompt_ids(o, line.text, vocab, tok);
+    if (line.text[line.text.find_first_not_of(" \t")] != '{') return prompt_ids(o, line.text, vocab, tok, ct);
     nlohmann::json j = nlohmann::json::parse(line.text, nullptr, false);
     if (j.is_discarded() || !j.is_object()) die("not a valid JSON object");
     if (j.contains("max_tokens")) {
@@ -55,7 +56,7 @@ inline std::vector<int> batch_line_ids(const BatchLine& line, const Options& o, 
     if (has_prompt == has_messages) die("give exactly one of \"prompt\" and \"messages\"");
     if (has_prompt) {
         if (!j["prompt"].is_string()) die("\"prompt\" must be a string");
-        return prompt_ids(o, j["prompt"].get<std::string>(), vocab, tok);
+        return prompt_ids(o, j["prompt"].get<std::string>(), vocab, tok, ct);
     }
     if (!tok) die("\"messages\" needs tokenizer.json");
     if (!j["messages"].is_array() || j["messages"].empty()) die("\"messages\" must be a non-empty list");
@@ -65,11 +66,12 @@ inline std::vector<int> batch_line_ids(const BatchLine& line, const Options& o, 
             die("each message must be {\"role\": string, \"content\": string}");
         msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
     }
-    return chat_prompt_ids(o, msgs, vocab, *tok);
+    if (ct.empty()) die("\"messages\" needs a chat template (this checkpoint has none)");
+    return chat_prompt_ids(o, msgs, vocab, *tok, ct);
 }
 
 template <class M>
-int batch_file(Generator<M>& g, const Tokenizer* tok, const Options& o, int vocab, const std::vector<int>& eos) {
+int batch_file(Generator<M>& g, const Tokenizer* tok, const ChatTemplate& ct, const Options& o, int vocab, const std::vector<int>& eos) {
     std::vector<BatchLine> lines = read_batch_lines(o.in_file);
     FILE* out = std::fopen(o.out_file.c_str(), "w");
     if (!out) die("-o %s: cannot open for writing", o.out_file.c_str());
@@ -81,7 +83,7 @@ int batch_file(Generator<M>& g, const Tokenizer* tok, const Options& o, int voca
         nlohmann::ordered_json rec = {{"line", line.number}};  // keys in this order, "line" first
         try {
             int max_tokens;
-            std::vector<int> ids = batch_line_ids(line, o, vocab, tok, &max_tokens);
+            std::vector<int> ids = batch_line_ids(line, o, vocab, tok, ct, &max_tokens);
             g.forget();
             std::unique_ptr<StreamDecoder> dec = tok ? std::make_unique<StreamDecoder>(*tok) : nullptr;
             std::string text;

@@ -59,9 +59,9 @@ inline bool chat_read_message(std::string& out, bool* interrupted) {
 }
 
 template <class M>
-int chat_loop(Generator<M>& g, const Tokenizer* tok, const Options& o, int vocab, const std::vector<int>& eos) {
+int chat_loop(Generator<M>& g, const Tokenizer* tok, const ChatTemplate& ct, const Options& o, int vocab, const std::vector<int>& eos) {
     if (!tok) die("%s: -cnv needs tokenizer.json", o.model.c_str());
-    if (tok->chat_template().empty()) die("%s: -cnv needs a chat template (tokenizer_config.json has none)", o.model.c_str());
+    if (ct.empty()) die("%s: -cnv needs a chat template (tokenizer_config.json has none)", o.model.c_str());
     struct sigaction sa = {};
     sa.sa_handler = chat_on_sigint;
     sigemptyset(&sa.sa_mask);
@@ -100,7 +100,7 @@ int chat_loop(Generator<M>& g, const Tokenizer* tok, const Options& o, int vocab
         msgs.push_back({"user", text});
         std::vector<int> ids;
         try {
-            ids = chat_prompt_ids(o, msgs, vocab, *tok);
+            ids = chat_prompt_ids(o, msgs, vocab, *tok, ct);
         } catch (const UserError& e) {  // the template refuses this conversation: say so, drop the message
             std::fprintf(stderr, "error: %s\n", e.what());
             msgs.pop_back();

@@ -1,14 +1,14 @@
 // runtime/prompts.cuh — from what a user typed to token ids, and back to text as tokens arrive.
 //
 // Usage:
-//   std::vector<int> ids = prompt_ids(opts, text, vocab, tok);        // -p / -f text, --ids, chat template or raw
-//   std::vector<int> ids = chat_prompt_ids(opts, messages, vocab, tok); // a conversation, generation prompt added
+//   std::vector<int> ids = prompt_ids(opts, text, vocab, tok, ct);     // -p / -f text, --ids, chat template or raw
+//   std::vector<int> ids = chat_prompt_ids(opts, messages, vocab, tok, ct); // a conversation, generation prompt added
 //   std::vector<int> eos = end_of_generation_ids(info, gen, tok);     // config, generation_config, tokenizer
 //   TokenPrinter out(tok);  out.push(id);  out.finish();               // streams whole UTF-8 characters to stdout
 //
-// User text is encoded as plain text inside the template (tokenizer/chat.h), so a message cannot smuggle in
-// control tokens; a raw prompt (--raw, or a tokenizer without a chat template) gets the tokenizer's BOS when
-// its tokenizer_config says so.
+// The chat template is the checkpoint's own (tokenizer/chat_template.h, Jinja); user text is encoded as text inside
+// it (tokenizer/chat.h), so a message cannot smuggle in control tokens. A raw prompt (--raw, or a checkpoint without
+// a chat template) gets the tokenizer's BOS when its tokenizer_config says so.
 #pragma once
 
 #include <cstdio>
@@ -36,26 +36,26 @@ inline void check_ids_in_vocab(const std::vector<int>& ids, int vocab) {
         if (id < 0 || id >= vocab) die("tokenizer produced id %d outside the model's vocabulary (%d)", id, vocab);
 }
 
-inline std::vector<int> chat_prompt_ids(const Options& o, const std::vector<ChatMessage>& msgs, int vocab, const Tokenizer& tok) {
+inline std::vector<int> chat_prompt_ids(const Options& o, const std::vector<ChatMessage>& msgs, int vocab, const Tokenizer& tok,
+                                        const ChatTemplate& ct) {
     for (const ChatMessage& m : msgs) check_prompt_utf8(m.content, "a message");
     ChatOptions co;
     co.enable_thinking = !o.no_think;
-    std::vector<int> ids = encode_chat(tok, msgs, co);  // BOS comes from the template where the family has one
+    std::vector<int> ids = encode_chat(tok, ct, msgs, co);  // BOS comes from the template where the family has one
     check_ids_in_vocab(ids, vocab);
     return ids;
 }
 
-// The prompt as token ids: --ids as given; text through the chat template unless --raw or the tokenizer
-// has none.
-inline std::vector<int> prompt_ids(const Options& o, const std::string& text, int vocab, const Tokenizer* tok) {
+// The prompt as token ids: --ids as given; text through the checkpoint's chat template unless --raw or it has none.
+inline std::vector<int> prompt_ids(const Options& o, const std::string& text, int vocab, const Tokenizer* tok, const ChatTemplate& ct) {
     if (!o.ids_file.empty()) return read_ids_file(o.ids_file, vocab);
     if (!tok) die("%s: no tokenizer.json; give the prompt as token ids with --ids", o.model.c_str());
     check_prompt_utf8(text, o.prompt_file.empty() ? "the prompt" : o.prompt_file.c_str());
-    if (!o.raw && !tok->chat_template().empty()) {
+    if (!o.raw && !ct.empty()) {
         std::vector<ChatMessage> msgs;
         if (!o.system.empty()) msgs.push_back({"system", o.system});
         msgs.push_back({"user", text});
-        return chat_prompt_ids(o, msgs, vocab, *tok);
+        return chat_prompt_ids(o, msgs, vocab, *tok, ct);
     }
     std::vector<int> ids;
     if (tok->add_bos() && tok->bos_id() >= 0) ids.push_back(tok->bos_id());

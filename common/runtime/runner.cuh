@@ -59,7 +59,7 @@ struct Prompt {
 };
 
 template <class M>
-int generate_once(Runtime& rt, Generator<M>& g, const Tokenizer* tok, const Options& o, const Prompt& prompt,
+int generate_once(Runtime& rt, Generator<M>& g, const Tokenizer* tok, const ChatTemplate& ct, const Options& o, const Prompt& prompt,
                   const std::vector<int>& eos, double t_start, Timings& tm) {
     const std::string& text = prompt.text;
     const std::vector<int>& ids = prompt.ids;
@@ -68,7 +68,7 @@ int generate_once(Runtime& rt, Generator<M>& g, const Tokenizer* tok, const Opti
     if (!o.trace_file.empty() && !trace) die("--trace %s: cannot open for writing", o.trace_file.c_str());
     if (trace) std::fprintf(trace, "token,position,ms\n");
     g.trace = trace;
-    bool raw_prompt = o.ids_file.empty() && (o.raw || tok->chat_template().empty());
+    bool raw_prompt = o.ids_file.empty() && (o.raw || ct.empty());
     if (raw_prompt && !o.quiet) std::fputs(text.c_str(), stdout);
     TokenPrinter out(tok);
     Generation r = g.run(ids, o.n_predict, eos, [&](int id) {
@@ -108,12 +108,13 @@ int engine_main(int argc, char** argv) {
         std::unique_ptr<Tokenizer> tok;  // optional with --ids (tiny test models ship none)
         if (!o.bench && (o.ids_file.empty() || path_exists(o.model + "/tokenizer.json")))
             tok = std::make_unique<Tokenizer>(Tokenizer::load(o.model));
-        if (o.chat && (!tok || tok->chat_template().empty()))
-            die("%s: -cnv needs a chat template (tokenizer_config.json or chat_template.jinja has none)", o.model.c_str());
+        ChatTemplate ct;  // the checkpoint's own (tokenizer/chat_template.h): parsed now, so a broken one is said now
+        if (tok) ct = ChatTemplate::load(o.model);
+        if (o.chat && ct.empty()) die("%s: -cnv needs a chat template (tokenizer_config.json or chat_template.jinja has none)", o.model.c_str());
         Prompt prompt;  // -p / -f / --ids: read and tokenized now (a bad file or invalid UTF-8 is said before the GPU)
         if (!o.bench && !o.chat && o.in_file.empty()) {
             if (o.ids_file.empty()) prompt.text = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file);
-            prompt.ids = prompt_ids(o, prompt.text, info.vocab, tok.get());
+            prompt.ids = prompt_ids(o, prompt.text, info.vocab, tok.get(), ct);
         }
         if (!o.in_file.empty()) read_batch_lines(o.in_file);
         Checkpoint ck = Checkpoint::open(o.model);
@@ -154,9 +155,9 @@ int engine_main(int argc, char** argv) {
             std::fprintf(stderr, "sampling: temp %.3g, top_k %d, top_p %.3g, min_p %.3g, repeat_penalty %.3g, seed %llu\n", sp.temperature,
                          sp.top_k, sp.top_p, sp.min_p, sp.repetition_penalty, (unsigned long long)sp.seed);
         std::vector<int> eos = end_of_generation_ids(info, gen, tok.get());
-        if (o.chat) return chat_loop(g, tok.get(), o, info.vocab, eos);
-        if (!o.in_file.empty()) return batch_file(g, tok.get(), o, info.vocab, eos);
-        return generate_once(rt, g, tok.get(), o, prompt, eos, t_start, tm);
+        if (o.chat) return chat_loop(g, tok.get(), ct, o, info.vocab, eos);
+        if (!o.in_file.empty()) return batch_file(g, tok.get(), ct, o, info.vocab, eos);
+        return generate_once(rt, g, tok.get(), ct, o, prompt, eos, t_start, tm);
     });
 }
 

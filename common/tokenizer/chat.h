@@ -1,40 +1,30 @@
-// tokenizer/chat.h — chat prompts rendered byte for byte like each family's Hugging Face chat template.
+// tokenizer/chat.h — a conversation to the model's prompt ids, through the checkpoint's own chat template
+// (chat_template.h, a Jinja engine), with what the user wrote kept as text.
 //
 // Usage:
+//   ChatTemplate ct = ChatTemplate::load(model_dir);
 //   std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "Hi"}};
-//   std::vector<int> ids = encode_chat(tok, msgs);       // what the engine feeds the model: template
-//                                                        // tokens recognised, message contents plain text,
-//                                                        // BOS included when the template has one (never add another)
-//   std::string text = render_chat(tok, msgs);           // the same prompt as text (for --chat, logs, tests)
-//   ChatOptions o; o.enable_thinking = false; o.date = "2026-01-15";
-//   render_chat(tok, msgs, o);                           // Qwen3 thinking switch; GPT-OSS "Current date"
+//   std::vector<int> ids = encode_chat(tok, ct, msgs);    // the generation prompt added, BOS where the template puts one
+//   std::string text = render_chat(ct, msgs);             // the same prompt as text (apply_chat_template(tokenize=False))
+//   ChatOptions o;  o.enable_thinking = false;            // Qwen3 / SmolLM3's switch (passed only when false)
+//   o.kwargs["reasoning_effort"] = "high";                // any other template argument
 //
-// Every rendering equals transformers' apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-// for the template that ships with the checkpoint (tests/test_chat.cpp compares against goldens
-// rendered by transformers). The family is recognised from the tokenizer's special tokens:
-//   <|im_start|> + a template mentioning </think>  Qwen3 (ChatML with the thinking switch)
-//   <|start_header_id|>                            Llama 3.0; with "Cutting Knowledge Date" in the template
-//                                                  Llama 3.1 (fixed date) or, if it calls strftime_now, 3.2
-//   <start_of_turn>                                Gemma 3
-//   <｜User｜>                                      DeepSeek-V3
-//   <|channel|>                                    GPT-OSS (harmony)
-// The templates are hand-coded, one small function per family (kb/decisions.md says why, not a
-// Jinja interpreter). Roles: system, user, assistant (GPT-OSS also developer). Anything the template
-// would reject or that this file does not model (tools, other roles) is a die() naming the problem.
-//
-// Why contents are encoded plain: a client's message must not be able to open a new turn. Even
-// HF encodes "<|im_start|>" typed by a user as the control token; encode_chat does not, for special
-// and non-special added tokens alike (DeepSeek's <｜User｜> is not "special"). Whitespace-only added
-// tokens (Gemma's newline runs) stay tokens. The ids equal tok.encode(render_chat(...)) whenever no
-// message contains the text of another added token.
+// Why message text is encoded plain: a client's message must not open a new turn. transformers encodes
+// "<|im_start|>" typed by a user as the control token; encode_chat does not. Before rendering, every added
+// token's text inside a message the user authored (every role but assistant) is swapped for a private marker;
+// after rendering, each marker is put back as text and its bytes are encoded with no added token recognised
+// (Tokenizer::encode_with_plain_ranges), so the rest of the prompt splits exactly as HF would split it. Assistant
+// messages are the model's own output and pass through as they are (templates parse their <think> tags). The ids
+// equal tok.encode(render_chat(...)) whenever no user message contains an added token's text.
 #pragma once
 
-#include <cstdio>
-#include <ctime>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "host/errors.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace monocu {
@@ -44,289 +34,89 @@ struct ChatMessage {
 };
 
 struct ChatOptions {
-    bool enable_thinking = true;              // Qwen3: false appends an empty <think></think>
-    std::string date;                         // YYYY-MM-DD for templates that print today's date
-                                              // (GPT-OSS, Llama 3.2); empty: today, local time
-    std::string reasoning_effort = "medium";  // GPT-OSS
-    std::string family;                       // a chat_family_name() to skip detection; empty: detect
+    bool enable_thinking = true;                              // false: passed as enable_thinking=False
+    bool add_generation_prompt = true;
+    nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();  // more template arguments
 };
 
-enum class ChatFamily { Qwen3, Llama3, Llama31, Llama32, Gemma3, DeepSeekV3, GptOss };
-static const ChatFamily CHAT_FAMILIES[] = {ChatFamily::Qwen3, ChatFamily::Llama3, ChatFamily::Llama31, ChatFamily::Llama32,
-                                           ChatFamily::Gemma3, ChatFamily::DeepSeekV3, ChatFamily::GptOss};
-
-inline const char* chat_family_name(ChatFamily f) {
-    switch (f) {
-        case ChatFamily::Qwen3: return "qwen3";
-        case ChatFamily::Llama3: return "llama3";
-        case ChatFamily::Llama31: return "llama3.1";
-        case ChatFamily::Llama32: return "llama3.2";
-        case ChatFamily::Gemma3: return "gemma3";
-        case ChatFamily::DeepSeekV3: return "deepseek_v3";
-        case ChatFamily::GptOss: return "gpt-oss";
-    }
-    return "?";
+inline nlohmann::ordered_json chat_kwargs(const ChatOptions& o) {
+    nlohmann::ordered_json k = o.kwargs;
+    k["add_generation_prompt"] = o.add_generation_prompt;
+    if (!o.enable_thinking) k["enable_thinking"] = false;
+    return k;
 }
 
-inline ChatFamily chat_family_named(const std::string& name) {
-    for (ChatFamily f : CHAT_FAMILIES) if (name == chat_family_name(f)) return f;
-    die("chat: unknown chat family '%s' (qwen3, llama3, llama3.1, llama3.2, gemma3, deepseek_v3, gpt-oss)", name.c_str());
+inline nlohmann::ordered_json chat_messages_json(const std::vector<ChatMessage>& msgs) {
+    nlohmann::ordered_json m = nlohmann::ordered_json::array();
+    for (const ChatMessage& x : msgs) m.push_back({{"role", x.role}, {"content", x.content}});
+    return m;
 }
 
-inline ChatFamily chat_family(const Tokenizer& tok) {
-    auto has = [&](const char* t) { return tok.token_id(t) >= 0; };
-    if (has("<|im_start|>")) {
-        if (tok.chat_template().find("</think>") != std::string::npos) return ChatFamily::Qwen3;
-        die("chat: this tokenizer uses ChatML but its chat_template is not Qwen3's (no thinking switch); "
-            "no renderer for it");
-    }
-    if (has("<|start_header_id|>")) {
-        const std::string& tpl = tok.chat_template();
-        if (tpl.find("Cutting Knowledge Date") == std::string::npos) return ChatFamily::Llama3;
-        return tpl.find("strftime_now") != std::string::npos ? ChatFamily::Llama32 : ChatFamily::Llama31;
-    }
-    if (has("<start_of_turn>")) return ChatFamily::Gemma3;
-    if (has("<\xEF\xBD\x9C" "User\xEF\xBD\x9C>")) return ChatFamily::DeepSeekV3;
-    if (has("<|channel|>") && has("<|start|>")) return ChatFamily::GptOss;
-    die("chat: no chat format known for this tokenizer (no ChatML, Llama 3, Gemma, DeepSeek or harmony tokens)");
-}
-
-// A rendered prompt as pieces: template text (special tokens recognised) and message contents (plain).
-struct ChatPiece {
-    std::string text;
-    bool is_content;
-};
-
-struct ChatBuilder {
-    std::vector<ChatPiece> pieces;
-    ChatBuilder& t(const std::string& s) { if (!s.empty()) pieces.push_back({s, false}); return *this; }
-    ChatBuilder& c(const std::string& s) { if (!s.empty()) pieces.push_back({utf8_repair(s), true}); return *this; }
-};
-
-// ---- helpers with Python's string semantics (the templates are Jinja, i.e. Python) ----
-
-inline bool chat_py_space(uint32_t cp) { return unicode_is_white_space(cp) || (cp >= 0x1C && cp <= 0x1F); }
-
-// Python str.strip() (Jinja's trim): Unicode whitespace off both ends.
-inline std::string chat_trim(const std::string& s0) {
-    std::string s = utf8_repair(s0);
-    size_t a = 0, b = s.size();
-    while (a < b) {
-        size_t q = a;
-        if (!chat_py_space(utf8_next(s.data(), s.size(), q))) break;
-        a = q;
-    }
-    while (b > a) {
-        size_t r = utf8_start_before(s, b);
-        size_t q = r;
-        if (!chat_py_space(utf8_next(s.data(), s.size(), q))) break;
-        b = r;
-    }
-    return s.substr(a, b - a);
-}
-
-inline std::string chat_strip_chars(const std::string& s, char ch, bool left, bool right) {
-    size_t a = 0, b = s.size();
-    while (left && a < b && s[a] == ch) a++;
-    while (right && b > a && s[b - 1] == ch) b--;
-    return s.substr(a, b - a);
-}
-
-inline void chat_check_roles(const std::vector<ChatMessage>& msgs, std::initializer_list<const char*> allowed, ChatFamily f) {
+inline std::string render_chat(const ChatTemplate& ct, const std::vector<ChatMessage>& msgs, const ChatOptions& o = ChatOptions()) {
     if (msgs.empty()) die("chat: no messages");
-    for (size_t i = 0; i < msgs.size(); i++) {
-        bool ok = false;
-        for (const char* r : allowed) ok = ok || msgs[i].role == r;
-        if (!ok) die("chat: message %zu has role '%s', which the %s renderer does not support", i, msgs[i].role.c_str(), chat_family_name(f));
-    }
+    return ct.render(chat_messages_json(msgs), chat_kwargs(o));
 }
 
-// ---- one renderer per family ----
+namespace chat_detail {
 
-// Qwen3: ChatML; assistant turns after the last user turn keep their <think> block, earlier ones lose it.
-inline void chat_render_qwen3(ChatBuilder& b, const std::vector<ChatMessage>& m, const ChatOptions& o) {
-    chat_check_roles(m, {"system", "user", "assistant"}, ChatFamily::Qwen3);
-    if (m[0].role == "system") b.t("<|im_start|>system\n").c(m[0].content).t("<|im_end|>\n");
-    size_t last_query = m.size() - 1;
-    for (size_t i = m.size(); i-- > 0;)
-        if (m[i].role == "user") {
-            const std::string& c = m[i].content;
-            bool tool_response = c.rfind("<tool_response>", 0) == 0 && c.size() >= 16 && c.compare(c.size() - 16, 16, "</tool_response>") == 0;
-            if (!tool_response) { last_query = i; break; }
+// Markers are U+F0000 <index in decimal> U+F0001 (plane-15 private use: no tokenizer text holds them).
+constexpr const char* kOpen = "\xF3\xB0\x80\x80";
+constexpr const char* kClose = "\xF3\xB0\x80\x81";
+
+// s with every added token's text (leftmost-longest; whitespace-only layout tokens excepted) replaced by a marker
+// whose index is the position of that text in `originals`.
+inline std::string neutralize(const std::string& s, const Tokenizer& tok, std::vector<std::string>& originals) {
+    if (s.find(kOpen) != std::string::npos || s.find(kClose) != std::string::npos)
+        die("chat: a message holds U+F0000 or U+F0001, private-use characters the chat encoding reserves");
+    std::string out;
+    for (size_t i = 0; i < s.size();) {
+        size_t best = 0;
+        for (const AddedToken& t : tok.added_tokens()) {
+            if (t.layout || t.content.size() <= best || s.compare(i, t.content.size(), t.content) != 0) continue;
+            best = t.content.size();
         }
-    for (size_t i = 0; i < m.size(); i++) {
-        const ChatMessage& msg = m[i];
-        if (msg.role == "user" || (msg.role == "system" && i > 0)) {
-            b.t("<|im_start|>" + msg.role + "\n").c(msg.content).t("<|im_end|>\n");
+        if (!best) {
+            out += s[i++];
             continue;
         }
-        if (msg.role != "assistant") continue;
-        std::string content = msg.content, reasoning;
-        size_t end_think = content.find("</think>");
-        if (end_think != std::string::npos) {
-            std::string before = content.substr(0, end_think);
-            size_t open = before.rfind("<think>");
-            reasoning = chat_strip_chars(chat_strip_chars(open == std::string::npos ? before : before.substr(open + 7), '\n', false, true), '\n', true, false);
-            content = chat_strip_chars(content.substr(content.rfind("</think>") + 8), '\n', true, false);
-        }
-        bool last = i + 1 == m.size();
-        if (i > last_query && (last || !reasoning.empty()))
-            b.t("<|im_start|>assistant\n<think>\n").c(chat_strip_chars(reasoning, '\n', true, true)).t("\n</think>\n\n")
-             .c(chat_strip_chars(content, '\n', true, false));
-        else
-            b.t("<|im_start|>assistant\n").c(content);
-        b.t("<|im_end|>\n");
+        out += kOpen + std::to_string(originals.size()) + kClose;
+        originals.push_back(s.substr(i, best));
+        i += best;
     }
-    b.t("<|im_start|>assistant\n");
-    if (!o.enable_thinking) b.t("<think>\n\n</think>\n\n");
-}
-
-inline void chat_llama_turn(ChatBuilder& b, const std::string& role, const std::string& content) {
-    b.t("<|start_header_id|>" + role + "<|end_header_id|>\n\n").c(chat_trim(content)).t("<|eot_id|>");
-}
-
-// Llama 3.0: BOS, then header + trimmed content + <|eot_id|> per message.
-inline void chat_render_llama3(ChatBuilder& b, const std::vector<ChatMessage>& m, const Tokenizer& tok) {
-    chat_check_roles(m, {"system", "user", "assistant"}, ChatFamily::Llama3);
-    b.t(tok.token_text(tok.bos_id()));
-    for (const ChatMessage& msg : m) chat_llama_turn(b, msg.role, msg.content);
-    b.t("<|start_header_id|>assistant<|end_header_id|>\n\n");
-}
-
-// Llama 3.1 / 3.2: a system turn always, opening with the knowledge cutoff and a date ("26 Jul 2024"
-// fixed in 3.1, today's in 3.2), then the caller's trimmed system prompt; other turns as in 3.0.
-inline void chat_render_llama31(ChatBuilder& b, const std::vector<ChatMessage>& m, const Tokenizer& tok,
-                                const std::string& date_string, ChatFamily f) {
-    chat_check_roles(m, {"system", "user", "assistant"}, f);
-    b.t(tok.token_text(tok.bos_id()));
-    b.t("<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: " + date_string + "\n\n");
-    size_t first = m[0].role == "system" ? 1 : 0;
-    if (first) b.c(chat_trim(m[0].content));
-    b.t("<|eot_id|>");
-    for (size_t i = first; i < m.size(); i++) chat_llama_turn(b, m[i].role, m[i].content);
-    b.t("<|start_header_id|>assistant<|end_header_id|>\n\n");
-}
-
-// Gemma 3: the system prompt is glued to the first user turn; roles must alternate; assistant is "model".
-inline void chat_render_gemma3(ChatBuilder& b, const std::vector<ChatMessage>& m, const Tokenizer& tok) {
-    chat_check_roles(m, {"system", "user", "assistant"}, ChatFamily::Gemma3);
-    b.t(tok.token_text(tok.bos_id()));
-    size_t first = m[0].role == "system" ? 1 : 0;
-    for (size_t i = first; i < m.size(); i++) {
-        size_t k = i - first;
-        if ((m[i].role == "user") != (k % 2 == 0)) die("chat: Conversation roles must alternate user/assistant/user/assistant/...");
-        b.t("<start_of_turn>" + std::string(m[i].role == "assistant" ? "model" : m[i].role) + "\n");
-        if (k == 0 && first) b.c(m[0].content).t("\n\n");
-        b.c(chat_trim(m[i].content)).t("<end_of_turn>\n");
-    }
-    b.t("<start_of_turn>model\n");
-}
-
-// DeepSeek-V3: BOS + every system prompt (joined by blank lines), then User/Assistant markers.
-inline void chat_render_deepseek_v3(ChatBuilder& b, const std::vector<ChatMessage>& m, const Tokenizer& tok) {
-    chat_check_roles(m, {"system", "user", "assistant"}, ChatFamily::DeepSeekV3);
-    b.t(tok.token_text(tok.bos_id()));
-    bool first_system = true;
-    for (const ChatMessage& msg : m) {
-        if (msg.role != "system") continue;
-        if (!first_system) b.t("\n\n");
-        b.c(msg.content);
-        first_system = false;
-    }
-    const char* user = "<\xEF\xBD\x9C" "User\xEF\xBD\x9C>";
-    const char* assistant = "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>";
-    const char* end = "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
-    for (const ChatMessage& msg : m) {
-        if (msg.role == "user") b.t(user).c(msg.content);
-        else if (msg.role == "assistant") b.t(assistant).c(msg.content).t(end);
-    }
-    b.t(assistant);
-}
-
-// The options' date (YYYY-MM-DD; empty: today, local time) in a strftime format, like the
-// templates' strftime_now(format).
-inline std::string chat_date(const ChatOptions& o, const char* format) {
-    std::tm tm{};
-    if (o.date.empty()) {
-        std::time_t now = std::time(nullptr);
-        localtime_r(&now, &tm);
-    } else {
-        int y, mo, d;
-        char tail;
-        if (std::sscanf(o.date.c_str(), "%4d-%2d-%2d%c", &y, &mo, &d, &tail) != 3 || mo < 1 || mo > 12 || d < 1 || d > 31)
-            die("chat: date '%s' is not YYYY-MM-DD", o.date.c_str());
-        tm.tm_year = y - 1900;
-        tm.tm_mon = mo - 1;
-        tm.tm_mday = d;
-    }
-    char buf[64];
-    std::strftime(buf, sizeof buf, format, &tm);
-    return buf;
-}
-
-// GPT-OSS (harmony): a fixed system message, the caller's system prompt as developer instructions,
-// then user turns and final-channel assistant turns.
-inline void chat_render_gpt_oss(ChatBuilder& b, const std::vector<ChatMessage>& m, const ChatOptions& o) {
-    chat_check_roles(m, {"system", "developer", "user", "assistant"}, ChatFamily::GptOss);
-    b.t("<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-        "Knowledge cutoff: 2024-06\nCurrent date: " + chat_date(o, "%Y-%m-%d") + "\n\n"
-        "Reasoning: " + o.reasoning_effort + "\n\n"
-        "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>");
-    size_t first = 0;
-    if (m[0].role == "system" || m[0].role == "developer") {
-        first = 1;
-        if (!m[0].content.empty()) b.t("<|start|>developer<|message|># Instructions\n\n").c(m[0].content).t("\n\n<|end|>");
-    }
-    for (size_t i = first; i < m.size(); i++) {
-        const ChatMessage& msg = m[i];
-        if (msg.role == "user") {
-            b.t("<|start|>user<|message|>").c(msg.content).t("<|end|>");
-        } else if (msg.role == "assistant") {
-            if (msg.content.find("<|channel|>analysis<|message|>") != std::string::npos ||
-                msg.content.find("<|channel|>final<|message|>") != std::string::npos)
-                die("chat: You have passed a message containing <|channel|> tags in the content field.");
-            b.t("<|start|>assistant<|channel|>final<|message|>").c(msg.content).t("<|end|>");
-        }  // a later system/developer message: the template renders nothing for it
-    }
-    b.t("<|start|>assistant");
-}
-
-inline std::vector<ChatPiece> render_chat_pieces(const Tokenizer& tok, const std::vector<ChatMessage>& msgs, const ChatOptions& o) {
-    ChatBuilder b;
-    ChatFamily f = o.family.empty() ? chat_family(tok) : chat_family_named(o.family);
-    switch (f) {
-        case ChatFamily::Qwen3: chat_render_qwen3(b, msgs, o); break;
-        case ChatFamily::Llama3: chat_render_llama3(b, msgs, tok); break;
-        case ChatFamily::Llama31: chat_render_llama31(b, msgs, tok, "26 Jul 2024", f); break;
-        case ChatFamily::Llama32: chat_render_llama31(b, msgs, tok, chat_date(o, "%d %b %Y"), f); break;
-        case ChatFamily::Gemma3: chat_render_gemma3(b, msgs, tok); break;
-        case ChatFamily::DeepSeekV3: chat_render_deepseek_v3(b, msgs, tok); break;
-        case ChatFamily::GptOss: chat_render_gpt_oss(b, msgs, o); break;
-    }
-    return b.pieces;
-}
-
-inline std::string render_chat(const Tokenizer& tok, const std::vector<ChatMessage>& msgs, const ChatOptions& o) {
-    std::string out;
-    for (const ChatPiece& p : render_chat_pieces(tok, msgs, o)) out += p.text;
     return out;
 }
 
-inline std::string render_chat(const Tokenizer& tok, const std::vector<ChatMessage>& msgs, bool enable_thinking = true) {
-    ChatOptions o;
-    o.enable_thinking = enable_thinking;
-    return render_chat(tok, msgs, o);
-}
+}  // namespace chat_detail
 
-// The prompt's ids: template parts through encode() (their special tokens recognised), message
-// contents as plain text, split and merged as one string so boundaries come out as HF's would.
-inline std::vector<int> encode_chat(const Tokenizer& tok, const std::vector<ChatMessage>& msgs, const ChatOptions& o = ChatOptions()) {
-    std::string text;
+// The prompt's ids: the template's own text special-aware, the users' added-token texts as plain text.
+inline std::vector<int> encode_chat(const Tokenizer& tok, const ChatTemplate& ct, const std::vector<ChatMessage>& msgs,
+                                    const ChatOptions& o = ChatOptions()) {
+    using namespace chat_detail;
+    std::vector<std::string> originals;
+    std::vector<ChatMessage> safe = msgs;
+    for (ChatMessage& m : safe)
+        if (m.role != "assistant") m.content = neutralize(utf8_repair(m.content), tok, originals);
+    std::string rendered = render_chat(ct, safe, o), text;
     Tokenizer::ByteRanges plain;
-    for (const ChatPiece& p : render_chat_pieces(tok, msgs, o)) {
-        if (p.is_content) plain.push_back({text.size(), text.size() + p.text.size()});
-        text += p.text;
+    const size_t open_len = std::strlen(kOpen), close_len = std::strlen(kClose);
+    for (size_t i = 0; i < rendered.size();) {
+        size_t at = rendered.find(kOpen, i);
+        if (at == std::string::npos) {
+            text.append(rendered, i, std::string::npos);
+            break;
+        }
+        text.append(rendered, i, at - i);
+        size_t end = rendered.find(kClose, at + open_len);
+        std::string digits = end == std::string::npos ? "" : rendered.substr(at + open_len, end - at - open_len);
+        if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos ||
+            std::stoul(digits) >= originals.size())
+            die("chat: the template cut through a message's text; its added-token text cannot be kept plain");
+        const std::string& orig = originals[std::stoul(digits)];
+        plain.push_back({text.size(), text.size() + orig.size()});
+        text += orig;
+        i = end + close_len;
     }
+    if (text.find(kClose) != std::string::npos) die("chat: the template cut through a message's text; its added-token text cannot be kept plain");
     return tok.encode_with_plain_ranges(text, plain);
 }
 

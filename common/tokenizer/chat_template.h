@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "host/errors.h"
+#include "host/files.h"
 #include "tokenizer/jinja.h"
 
 namespace monocu {
@@ -155,12 +156,11 @@ private:
         return s;
     }
 
+    // An optional file: false when absent; anything else there is read as a regular file of bounded size.
     static bool read(const std::string& path, std::string& out) {
-        std::ifstream f(path, std::ios::binary);
-        if (!f) return false;
-        std::stringstream ss;
-        ss << f.rdbuf();
-        out = ss.str();
+        struct stat st;
+        if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return false;
+        out = read_file_bounded(path, kConfigMaxBytes);
         return true;
     }
 
