@@ -32,6 +32,8 @@
 #                 build alternating, bf16 / fp8 / int4, --bench at 512 (AB_ROUNDS rounds, default 2)
 #   calm PRESET   engines/llama.cu --bench (bf16 / fp8 / int4, 512 and 16k) beside calm (.carry/calm: fp16 / fp8 /
 #                 gf4 from the same folder, converted by its convert.py), back to back on this card
+#   fuzz SECONDS  every libFuzzer target built here (make fuzz-build fuzz-seeds; carried in .carry/fuzz.txz with its
+#                 seed corpora) for SECONDS each on all cores (-fork); prints executions, coverage and crashes
 #   demo          the README's demo command, and the engine on bad input
 #   pack          tar what should come back into $OUT (split into <= 15 MB parts)
 set -u
@@ -272,6 +274,22 @@ stage_calm() {  # PRESET (a llama model_type): ours, then calm's three formats, 
   rm -rf "$m" "$c"
 }
 
+stage_fuzz() {  # SECONDS: each target of build/fuzz on every core; crashes are kept under $OUT
+  local t jobs
+  jobs=$(nproc)
+  [ -f .carry/fuzz.txz ] && tar xJf .carry/fuzz.txz
+  export MONOCU_FUZZ_TOKENIZERS="${MONOCU_FUZZ_TOKENIZERS:-$PWD/.carry/tok/qwen3 $PWD/.carry/tok/llama2 $PWD/.carry/tok/mistral_v0_3 $PWD/.carry/tok/smollm2}"
+  for t in safetensors_header config npy tokenizer_json tokenizer_encode model_folder jinja; do
+    [ -x build/fuzz/$t ] || { echo "--- $t: not built"; continue; }
+    mkdir -p "$W/crash_$t"
+    echo "--- fuzz $t: $1 s on $jobs cores"
+    (cd build/fuzz && ./$t -max_total_time="$1" -fork="$jobs" -max_len=65536 -timeout=20 -rss_limit_mb=4096 \
+      -artifact_prefix="$W/crash_$t/" corpus_$t 2>&1 | grep -aE "^#[0-9]+:|crash|ERROR|SUMMARY|INFO: fuzzed" | tail -3)
+    ls "$W/crash_$t" | head -3
+  done 2>&1 | tee "$R/fuzz.txt"
+  tar czf "$OUT/fuzz_crashes.tgz" -C "$W" $(cd "$W" && ls -d crash_* 2>/dev/null) 2>/dev/null
+}
+
 stage_pack() {
   tar czf "$OUT/results.tgz" -C "$W" results
   ls -la "$OUT"
@@ -282,7 +300,7 @@ while [ $# -gt 0 ]; do
   case $s in
     fid|probe) log "$s $1 $2 $3"; "stage_$s" "$1" "$2" "$3"; shift 3 ;;
     fidl) log "$s $1 $2 $3 $4"; "stage_$s" "$1" "$2" "$3" "$4"; shift 4 ;;
-    bench|speed|loadtime|ab|calm) log "$s $1"; "stage_$s" "$1"; shift ;;
+    bench|speed|loadtime|ab|calm|fuzz) log "$s $1"; "stage_$s" "$1"; shift ;;
     *) log "$s"; "stage_$s" ;;
   esac
 done

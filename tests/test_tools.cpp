@@ -96,3 +96,22 @@ TEST_CASE("inspect refuses configs no engine can run, and files that are not reg
     CHECK(run_command("timeout 10 " + ins + " " + m, &log) == 1);
     CHECK(log.find("is a FIFO, not a regular file") != std::string::npos);
 }
+
+TEST_CASE("tokenize refuses ids outside the vocabulary and a tokenizer.json that is not a file") {
+    const std::string tk = MONOCU_HOST_BUILD_DIR "/tools/tokenize";
+    if (!built(tk)) {
+        MESSAGE("skipped: " << tk << " not built");
+        return;
+    }
+    std::string log;
+    REQUIRE(run_command(tk + " -m models/pycoder-13m --decode \"1 2 3\"", &log) == 0);
+    CHECK(run_command(tk + " -m models/pycoder-13m --decode \"1 99999\"", &log) == 1);
+    CHECK(log.find("token id 99999 is not in models/pycoder-13m's vocabulary (8192 ids)") != std::string::npos);
+    TempDir dir;
+    REQUIRE(run_command("mkdir " + (dir / "tokenizer.json"), &log) == 0);
+    CHECK(run_command(tk + " -m " + dir.path + " -p hi", &log) == 1);
+    CHECK(log.find("tokenizer.json: is a folder, not a regular file") != std::string::npos);
+    REQUIRE(run_command("rmdir " + (dir / "tokenizer.json") + " && mkfifo " + (dir / "tokenizer.json"), &log) == 0);
+    CHECK(run_command("timeout 10 " + tk + " -m " + dir.path + " -p hi", &log) == 1);
+    CHECK(log.find("is a FIFO, not a regular file") != std::string::npos);
+}

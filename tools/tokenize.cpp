@@ -171,7 +171,11 @@ int main(int argc, char** argv) {
         }
         Tokenizer tok = Tokenizer::load(a.model);
         if (!a.decode.empty()) {
-            std::string out = tok.decode(parse_ids(a.decode));
+            std::vector<int> ids = parse_ids(a.decode);
+            for (int id : ids)  // the library skips unknown ids, as HF does; a user asking for one is told
+                if (id >= tok.vocab_size() || tok.token_text(id).empty())
+                    die("--decode: token id %d is not in %s's vocabulary (%d ids)", id, a.model.c_str(), tok.vocab_size());
+            std::string out = tok.decode(ids);
             std::fwrite(out.data(), 1, out.size(), stdout);
             std::fputc('\n', stdout);
             return 0;

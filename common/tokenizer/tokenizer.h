@@ -56,6 +56,7 @@
 #include <nlohmann/json.hpp>
 
 #include "host/errors.h"
+#include "host/files.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/utf8.h"
@@ -554,7 +555,7 @@ inline void Tokenizer::bpe_initial_symbols(const char* w, size_t n, std::vector<
         uint32_t cp = utf8_next(w, n, i);
         int id = -1;
         if (plain) {
-            if (cp < 0x10000) id = bmp_cp_id_[cp];
+            if (cp < 0x10000) id = cp < bmp_cp_id_.size() ? bmp_cp_id_[cp] : -1;
             else if (auto it = astral_cp_id_.find(cp); it != astral_cp_id_.end()) id = it->second;
             s.assign(w + start, i - start);
         } else {

@@ -28,9 +28,11 @@ struct TokenizerJsonSax : nlohmann::json_sax<tok_json> {
     std::vector<std::string> pair_;
     bool vocab_seen = false, merges_seen = false;
 
-    explicit TokenizerJsonSax(const std::string& f) : file(f) {
-        vocab.reserve(1 << 17);  // typical sizes: fewer regrowths of 100k+ strings
-        merges.reserve(1 << 18);
+    // text_bytes: the file's size, which bounds how many entries it can hold (a vocab entry takes >= 8 bytes of
+    // JSON, a merge >= 6): fewer regrowths for the 100k+ entries of real files, no large reservation for small ones.
+    TokenizerJsonSax(const std::string& f, size_t text_bytes) : file(f) {
+        vocab.reserve(std::min<size_t>(1 << 17, text_bytes / 8));
+        merges.reserve(std::min<size_t>(1 << 18, text_bytes / 6));
     }
 
     [[noreturn]] void bad(const char* what) { die("%s: %s", file.c_str(), what); }
@@ -291,7 +293,7 @@ struct TokenizerLoader {
         t.id_to_text_.assign(n, std::string());
         t.in_model_.assign(n, 0);
         t.model_index_.reserve(sax.vocab.size());
-        t.bmp_cp_id_.assign(0x10000, -1);
+        t.bmp_cp_id_.clear();  // grown to the largest one-code-point entry below U+10000 (small vocabularies stay small)
         for (auto& v : sax.vocab) {
             size_t id = size_t(v.second);
             if (t.in_model_[id])
@@ -304,12 +306,17 @@ struct TokenizerLoader {
             const std::string& s = t.id_to_text_[id];
             size_t pos = 0;
             if (!s.empty() && (cp = utf8_next(s.data(), s.size(), pos), pos == s.size())) {
-                if (cp < 0x10000) t.bmp_cp_id_[cp] = int(id); else t.astral_cp_id_[cp] = int(id);
+                if (cp < 0x10000) {
+                    if (cp >= t.bmp_cp_id_.size()) t.bmp_cp_id_.resize(std::max<size_t>(cp + 1, std::min<size_t>(2 * t.bmp_cp_id_.size(), 0x10000)), -1);
+                    t.bmp_cp_id_[cp] = int(id);
+                } else {
+                    t.astral_cp_id_[cp] = int(id);
+                }
             }
         }
         for (int b = 0; b < 256; b++) {
-            char name[8];
-            std::snprintf(name, sizeof name, "<0x%02X>", b);
+            static const char kHex[] = "0123456789ABCDEF";
+            const char name[7] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>', 0};
             t.byte_fallback_ids_[b] = t.model_index_.find(t.id_to_text_, name, 6);
         }
         std::string unk = get_string(model, "unk_token", "model", "");
@@ -473,7 +480,7 @@ inline Tokenizer Tokenizer::from_json_text(const std::string& json_text, const s
     std::string cfg_name = name + " (tokenizer_config.json)";
     size_t slash = name.rfind('/');
     if (slash != std::string::npos) cfg_name = name.substr(0, slash + 1) + "tokenizer_config.json";
-    TokenizerJsonSax sax(name);
+    TokenizerJsonSax sax(name, json_text.size());
     tok_json::sax_parse(json_text, &sax);
     if (!sax.root.is_object()) die("%s: the top level must be a JSON object", name.c_str());
     TokenizerLoader L{t, name, cfg_name};
@@ -494,16 +501,12 @@ inline Tokenizer Tokenizer::from_json_text(const std::string& json_text, const s
     return t;
 }
 
+// false when the file does not exist; otherwise it must be a regular file of bounded size (host/files.h: a folder,
+// FIFO or device is one error, never a hang or an allocation failure).
 inline bool tok_read_file(const std::string& path, std::string& out) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) return false;
-    std::fseek(f, 0, SEEK_END);
-    long size = std::ftell(f);
-    std::fseek(f, 0, SEEK_SET);
-    out.resize(size > 0 ? size_t(size) : 0);
-    size_t got = out.empty() ? 0 : std::fread(&out[0], 1, out.size(), f);
-    std::fclose(f);
-    out.resize(got);
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return false;
+    out = read_file_bounded(path, kTokenizerMaxBytes);
     return true;
 }
 
