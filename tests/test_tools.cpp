@@ -107,6 +107,8 @@ TEST_CASE("tokenize refuses ids outside the vocabulary and a tokenizer.json that
     REQUIRE(run_command(tk + " -m models/pycoder-13m --decode \"1 2 3\"", &log) == 0);
     CHECK(run_command(tk + " -m models/pycoder-13m --decode \"1 99999\"", &log) == 1);
     CHECK(log.find("token id 99999 is not in models/pycoder-13m's vocabulary (8192 ids)") != std::string::npos);
+    CHECK(run_command("printf 'ab\\377c' | " + tk + " -m models/pycoder-13m --stdin", &log) == 1);
+    CHECK(log.find("standard input: invalid UTF-8 at byte 2 (0xff)") != std::string::npos);
     TempDir dir;
     REQUIRE(run_command("mkdir " + (dir / "tokenizer.json"), &log) == 0);
     CHECK(run_command(tk + " -m " + dir.path + " -p hi", &log) == 1);

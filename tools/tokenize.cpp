@@ -181,6 +181,9 @@ int main(int argc, char** argv) {
             return 0;
         }
         if (a.from_stdin) a.text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+        size_t bad = utf8_first_invalid(a.text);  // HF takes only valid strings: say where, do not substitute U+FFFD
+        if (bad != std::string::npos)
+            die("%s: invalid UTF-8 at byte %zu (0x%02x)", a.from_stdin ? "standard input" : "-p", bad, (unsigned)(unsigned char)a.text[bad]);
         std::vector<int> ids = a.plain ? tok.encode_plain(a.text) : tok.encode(a.text);
         std::string out = "[";
         for (size_t i = 0; i < ids.size(); i++) out += (i ? ", " : "") + std::to_string(ids[i]);
