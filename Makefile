@@ -4,7 +4,8 @@
 #   make ARCH=sm_80      ... for another GPU (sm_80 sm_86 sm_89 sm_90 sm_90a and newer ones nvcc knows)
 #   make test            build and run the host tests, then the GPU tests (these skip without a GPU)
 #   make deps            install the Debian packages the build needs
-#   make fuzz            run the libFuzzer target for the safetensors header parser (clang, ASan+UBSan)
+#   make fuzz            fuzz every parser of user input (libFuzzer, clang, ASan+UBSan; FUZZ_SECONDS, FUZZ_JOBS)
+#   make SAN=1 test-host the host tests and tools built with ASan+UBSan in build/san/
 #   make bench           benchmark the engines on random-weight checkpoints (needs a GPU and the oracle)
 #   make trace           profiling build of the engines in build/ARCH-trace/ (--bench --timeline FILE: trace.cuh)
 #   make demo            build for the local GPU and complete a code prompt with the shipped model
@@ -155,7 +156,7 @@ fuzz-seeds: fetch-tokenizers
 	i=0; for f in tests/data/models/tiny-*/ref/ids.npy tests/data/models/tiny-*/ref/gen_gaps.npy tests/data/models/tiny-mha/ref/embed.npy; do \
 	  i=$$((i+1)); cp $$f $(BUILD)/fuzz/corpus_npy/seed$$i.npy; done
 	cp tests/fuzz/seeds/tokenizer/*.json $(BUILD)/fuzz/corpus_tokenizer_json/
-	printf 'x' > $(BUILD)/fuzz/corpus_tokenizer_encode/x; cp tests/data/tokenizer/corpus.json $(BUILD)/fuzz/corpus_tokenizer_encode/
+	printf 'x' > $(BUILD)/fuzz/corpus_tokenizer_encode/x; split -b 1000 tests/data/tokenizer/corpus.json $(BUILD)/fuzz/corpus_tokenizer_encode/corpus_
 	{ cat tests/data/models/tiny-mha/config.json; printf '\0'; cat tests/data/models/tiny-mha/generation_config.json; printf '\0'; \
 	  cat tests/fuzz/seeds/tokenizer/bytelevel.json; printf '\0'; head -c 3000 tests/data/models/tiny-mha/model.safetensors; } \
 	  > $(BUILD)/fuzz/corpus_model_folder/tiny

@@ -33,7 +33,8 @@
 #   calm PRESET   engines/llama.cu --bench (bf16 / fp8 / int4, 512 and 16k) beside calm (.carry/calm: fp16 / fp8 /
 #                 gf4 from the same folder, converted by its convert.py), back to back on this card
 #   fuzz SECONDS  every libFuzzer target built here (make fuzz-build fuzz-seeds; carried in .carry/fuzz.txz with its
-#                 seed corpora) for SECONDS each on all cores (-fork); prints executions, coverage and crashes
+#                 seed corpora) for SECONDS each on all cores (-fork; FUZZ_TARGETS picks some); prints executions,
+#                 coverage and crashes
 #   demo          the README's demo command, and the engine on bad input
 #   pack          tar what should come back into $OUT (split into <= 15 MB parts)
 set -u
@@ -279,7 +280,7 @@ stage_fuzz() {  # SECONDS: each target of build/fuzz on every core; crashes are 
   jobs=$(nproc)
   [ -f .carry/fuzz.txz ] && tar xJf .carry/fuzz.txz
   export MONOCU_FUZZ_TOKENIZERS="${MONOCU_FUZZ_TOKENIZERS:-$PWD/.carry/tok/qwen3 $PWD/.carry/tok/llama2 $PWD/.carry/tok/mistral_v0_3 $PWD/.carry/tok/smollm2}"
-  for t in safetensors_header config npy tokenizer_json tokenizer_encode model_folder jinja; do
+  for t in ${FUZZ_TARGETS:-safetensors_header config npy tokenizer_json tokenizer_encode model_folder jinja}; do
     [ -x build/fuzz/$t ] || { echo "--- $t: not built"; continue; }
     mkdir -p "$W/crash_$t"
     echo "--- fuzz $t: $1 s on $jobs cores"

@@ -243,8 +243,10 @@ TEST_CASE("chat: two turns keep the KV cache, then /exit") {
     std::ofstream(dir / "turns.txt") << "def add(a, b):\nclass Stack:\n/exit\n";
     REQUIRE_MESSAGE(run_command(engine + " -m " + m + " -cnv --temp 0 -n 12 -v < " + (dir / "turns.txt"), &log) == 0, log);
     CHECK(log.find("> ") != std::string::npos);
-    size_t first = log.find("prompt tokens (0 from the cache)"), second = log.find(" from the cache)", first + 1);
+    const std::string turn1 = "prompt tokens (0 from the cache)";
+    size_t first = log.find(turn1);
     REQUIRE_MESSAGE(first != std::string::npos, log);
+    size_t second = log.find(" from the cache)", first + turn1.size());
     REQUIRE_MESSAGE(second != std::string::npos, log);
     size_t open = log.rfind('(', second);
     int reused = std::atoi(log.c_str() + open + 1);
