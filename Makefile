@@ -81,10 +81,10 @@ $(HOST_BUILD)/tools/%: tools/%.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) $(HOST_FLAGS) -o $@ $<
 
-# Host tests: every tests/*.cpp linked into one doctest binary (told where the host tools are).
+# Host tests: every tests/*.cpp linked into one doctest binary (told where the host tools and the engines are).
 $(HOST_BUILD)/tests/%.o: tests/%.cpp
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) $(HOST_FLAGS) -DMONOCU_HOST_BUILD_DIR='"$(HOST_BUILD)"' -c -o $@ $<
+	$(CXX) $(CXXFLAGS) $(HOST_FLAGS) -DMONOCU_HOST_BUILD_DIR='"$(HOST_BUILD)"' -DMONOCU_ENGINE_DIR='"$(BUILD)/$(ARCH)"' -c -o $@ $<
 $(HOST_TESTS): $(HOST_TEST_OBJS)
 	$(CXX) $(CXXFLAGS) $(HOST_FLAGS) -o $@ $^
 

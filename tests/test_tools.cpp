@@ -1,6 +1,7 @@
 // The host tools as a user runs them, on hostile arguments (issue 33): tools/quantize never writes into or over its
-// input and never leaves a half-written output; tools/inspect refuses what no engine can run. Skips when the tools
-// are not built (make builds them before the host tests).
+// input and never leaves a half-written output; tools/inspect refuses what no engine can run; an engine says what is
+// wrong with its folder, config, prompt or flags before it looks for a GPU. Skips what is not built (make builds the
+// tools before the host tests; `make all` the engines).
 #include <dirent.h>
 #include <doctest/doctest.h>
 
@@ -116,4 +117,51 @@ TEST_CASE("tokenize refuses ids outside the vocabulary and a tokenizer.json that
     REQUIRE(run_command("rmdir " + (dir / "tokenizer.json") + " && mkfifo " + (dir / "tokenizer.json"), &log) == 0);
     CHECK(run_command("timeout 10 " + tk + " -m " + dir.path + " -p hi", &log) == 1);
     CHECK(log.find("is a FIFO, not a regular file") != std::string::npos);
+}
+
+// Everything a user can get wrong is said before the GPU (runtime/runner.cuh), so these run on any machine, and
+// on one without a GPU the last says what is missing in one line.
+TEST_CASE("an engine refuses bad inputs in one line before it looks for a GPU") {
+    const std::string e = MONOCU_ENGINE_DIR "/qwen3";
+    if (!built(e)) {
+        MESSAGE("skipped: " << e << " not built");
+        return;
+    }
+    std::string log;
+    TempDir dir;
+    auto refused = [&](const std::string& args, const std::string& line) {
+        CAPTURE(args);
+        CHECK(run_command("timeout 60 " + e + " " + args, &log) == 1);
+        CHECK(log == "error: " + line + "\n");
+    };
+    refused("-m " + (dir / "none") + " -p hi", "-m " + (dir / "none") + ": no such folder");
+    refused("-m README.md -p hi", "-m README.md: not a folder (give the checkpoint's folder)");
+    std::ofstream(dir / "bad.txt", std::ios::binary) << "def f():\n\xc3(";
+    refused("-m models/pycoder-13m -f " + (dir / "bad.txt"), (dir / "bad.txt") + ": invalid UTF-8 at byte 9 (0xc3)");
+    REQUIRE(run_command("mkfifo " + (dir / "fifo"), &log) == 0);
+    refused("-m models/pycoder-13m -f " + (dir / "fifo"), (dir / "fifo") + ": is a FIFO, not a regular file");
+    refused("-m models/pycoder-13m -cnv",
+            "models/pycoder-13m: -cnv needs a chat template (tokenizer_config.json or chat_template.jinja has none)");
+    std::ofstream(dir / "ids.txt") << "5 8192";
+    refused("-m models/pycoder-13m --ids " + (dir / "ids.txt"), (dir / "ids.txt") + ": token id 8192 is outside the vocabulary [0, 8192)");
+
+    // A config no engine can run, beside the shipped model's own files.
+    std::string m = dir / "m";
+    REQUIRE(run_command("mkdir " + m + " && ln -s $PWD/models/pycoder-13m/* " + m + " && rm " + m + "/config.json", &log) == 0);
+    std::string cfg = slurp("models/pycoder-13m/config.json");
+    const std::string key = "\"head_dim\": 64";
+    size_t at = cfg.find(key);
+    REQUIRE(at != std::string::npos);
+    cfg.replace(at, key.size(), "\"head_dim\": 1000000000");
+    std::ofstream(m + "/config.json") << cfg;
+    refused("-m " + m + " -p hi", m + "/config.json: 'head_dim' = 1000000000 is outside the range real models use (1..4096)");
+
+    // Valid inputs reach the GPU check: a GPU runs them; without one, one line says what is missing.
+    int rc = run_command("timeout 120 " + e + " -m models/pycoder-13m -p hi -n 2", &log);
+    if (rc != 0) {
+        CHECK(rc == 1);
+        CHECK(log.rfind("error: ", 0) == 0);
+        CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+        MESSAGE("no usable GPU here: " << log);
+    }
 }

@@ -16,6 +16,10 @@
 #ifndef MONOCU_HOST_BUILD_DIR
 #define MONOCU_HOST_BUILD_DIR "build"
 #endif
+// ... and where the engines are (build/ARCH): the host tests run them on inputs refused before any GPU is needed.
+#ifndef MONOCU_ENGINE_DIR
+#define MONOCU_ENGINE_DIR "build/sm_90"
+#endif
 
 namespace monocu_test {
 
