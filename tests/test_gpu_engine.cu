@@ -160,8 +160,10 @@ TEST_CASE("shipped model: --dump-inputs feeds tools/quantize --calib, and GPTQ l
     };
     NpyArray base = run_engine(model, dir / "bf16", " --dump-inputs");
     const int T = (int)base.shape[0];
-    for (auto [name, width] : std::vector<std::pair<std::string, int>>{{"layer_00_attn_in", 384}, {"layer_02_o_in", 384},
-                                                                        {"layer_04_mlp_in", 384}, {"layer_05_down_in", 1152}}) {
+    for (const auto& tap : std::vector<std::pair<std::string, int>>{{"layer_00_attn_in", 384}, {"layer_02_o_in", 384},
+                                                                      {"layer_04_mlp_in", 384}, {"layer_05_down_in", 1152}}) {
+        const std::string& name = tap.first;
+        const int width = tap.second;
         CAPTURE(name);
         NpyArray a = npy_read(dir / "bf16/" + name + ".npy");
         CHECK(a.shape == std::vector<int64_t>{T, width});
