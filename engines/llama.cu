@@ -23,11 +23,8 @@ using namespace monocu;
 
 // ---- Config ----
 
-struct Config {
-    ModelConfig hf;
-    int dim, ffn, n_layers, n_heads, n_kv, head_dim, vocab;
-    int q_dim, kv_dim;              // n_heads * head_dim, n_kv * head_dim
-    float eps;
+struct Config : DecoderDims {     // dim, ffn, n_layers, n_heads, n_kv, head_dim, vocab, q_dim, kv_dim, eps
+    ModelConfig hf;                 // config.json as read, with the family's transformers defaults
     bool qkv_bias, o_bias, mlp_bias;
     std::vector<bool> rope;         // per layer: rotary embedding (false: a NoPE layer)
     std::vector<int> window;        // per layer: sliding window, 0 = full attention
@@ -48,10 +45,7 @@ static Config load_config(const std::string& dir) {
     if (std::strcmp(find_model_type(type)->engine, "llama") != 0)
         die("%s: model_type is '%s'; this engine runs llama, mistral, qwen2 and smollm3 (build/<arch>/%s runs it)", p, type.c_str(),
             find_model_type(type)->engine);
-    c.dim = h.hidden_size, c.ffn = h.intermediate_size, c.n_layers = h.num_hidden_layers;
-    c.n_heads = h.num_attention_heads, c.n_kv = h.num_key_value_heads, c.head_dim = h.head_dim, c.vocab = h.vocab_size;
-    c.q_dim = c.n_heads * c.head_dim, c.kv_dim = c.n_kv * c.head_dim;
-    c.eps = static_cast<float>(h.rms_norm_eps);
+    c.read_dims(h);
     const std::string& rt = h.rope.type;
     if (rt != "default" && rt != "linear" && rt != "llama3" && rt != "dynamic")
         die("%s: rope type '%s' is not supported (default, linear, llama3, dynamic)", p, rt.c_str());

@@ -22,11 +22,8 @@ using namespace monocu;
 
 // ---- Config ----
 
-struct Config {
-    ModelConfig hf;
-    int dim, ffn, n_layers, n_heads, n_kv, head_dim, vocab;
-    int q_dim, kv_dim;  // n_heads * head_dim, n_kv * head_dim
-    float eps;
+struct Config : DecoderDims {  // dim, ffn, n_layers, n_heads, n_kv, head_dim, vocab, q_dim, kv_dim, eps (host/model_types.h)
+    ModelConfig hf;               // config.json as read, with Qwen3Config's defaults
 };
 
 static Config load_config(const std::string& dir) {
@@ -43,10 +40,7 @@ static Config load_config(const std::string& dir) {
         !(h.quant.method == "fp8" && h.quant.weight_block_size == std::vector<int>{128, 128}))
         die("%s: quantization_config '%s' is not supported (fp8 with 128x128 blocks, or tools/quantize output)", h.path.c_str(),
             h.quant.method.c_str());
-    c.dim = h.hidden_size, c.ffn = h.intermediate_size, c.n_layers = h.num_hidden_layers;
-    c.n_heads = h.num_attention_heads, c.n_kv = h.num_key_value_heads, c.head_dim = h.head_dim, c.vocab = h.vocab_size;
-    c.q_dim = c.n_heads * c.head_dim, c.kv_dim = c.n_kv * c.head_dim;
-    c.eps = static_cast<float>(h.rms_norm_eps);
+    c.read_dims(h);
     return c;
 }
 

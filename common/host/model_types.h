@@ -5,6 +5,7 @@
 //   const ModelType* t = find_model_type("mistral");     // null if no engine runs it
 //   ModelConfig c = load_checked_config(dir);            // config.json with its family's defaults, validated:
 //                                                        // what inspect and every engine read
+//   struct Config : DecoderDims { ... };  cfg.read_dims(c);  // dim, ffn, n_layers, n_heads, n_kv, head_dim, ...
 //
 // Limits: each size positive and within what real checkpoints use, with headroom (the largest public models have
 // hidden 16384-25600, 126 layers, 128 heads, vocabularies of 262k, contexts of 10M), so a corrupt or hostile
@@ -89,6 +90,20 @@ inline void check_model_config(const ModelConfig& c) {
     if (c.hidden_size % 8 || c.intermediate_size % 8) die("%s: hidden_size and intermediate_size must be multiples of 8", p);
     if (c.hidden_act != "silu") die("%s: hidden_act '%s' is not supported (silu)", p, c.hidden_act.c_str());
 }
+
+// The sizes every decoder engine reads from a checked config, under the short names its code uses. An engine's
+// Config derives from it and adds its family's switches (engines/qwen3.cu, engines/llama.cu).
+struct DecoderDims {
+    int dim, ffn, n_layers, n_heads, n_kv, head_dim, vocab;  // hidden_size, intermediate_size, num_hidden_layers, ...
+    int q_dim, kv_dim;                                       // n_heads * head_dim, n_kv * head_dim
+    float eps;                                               // rms_norm_eps
+    void read_dims(const ModelConfig& h) {
+        dim = h.hidden_size, ffn = h.intermediate_size, n_layers = h.num_hidden_layers;
+        n_heads = h.num_attention_heads, n_kv = h.num_key_value_heads, head_dim = h.head_dim, vocab = h.vocab_size;
+        q_dim = n_heads * head_dim, kv_dim = n_kv * head_dim;
+        eps = static_cast<float>(h.rms_norm_eps);
+    }
+};
 
 // config.json read with its model_type's defaults and checked; a model_type no engine runs is an error.
 inline ModelConfig load_checked_config(const std::string& dir) {
