@@ -140,7 +140,7 @@ bench: $(BUILD)/$(ARCH)/qwen3
 #   make fuzz-build                                (only build them: the binaries run on any x86-64 Linux)
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= 1
-FUZZ_TARGETS ?= safetensors_header config npy tokenizer_json tokenizer_encode model_folder jinja
+FUZZ_TARGETS ?= safetensors_header config npy tokenizer_json tokenizer_encode model_folder jinja chat_reply
 FUZZ_FLAGS := -std=c++17 -g -O1 -Icommon -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_BINS := $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_TARGETS))
 .PHONY: fuzz-build fuzz-seeds
@@ -161,6 +161,7 @@ fuzz-seeds: fetch-tokenizers
 	  cat tests/fuzz/seeds/tokenizer/bytelevel.json; printf '\0'; head -c 3000 tests/data/models/tiny-mha/model.safetensors; } \
 	  > $(BUILD)/fuzz/corpus_model_folder/tiny
 	cp tests/data/templates/*.jinja $(BUILD)/fuzz/corpus_jinja/
+	cp tests/fuzz/seeds/chat_reply/* $(BUILD)/fuzz/corpus_chat_reply/
 fuzz-build: $(FUZZ_BINS)
 fuzz: fuzz-build fuzz-seeds
 	@for t in $(FUZZ_TARGETS); do \

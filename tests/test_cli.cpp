@@ -91,6 +91,7 @@ TEST_CASE("bad flags and values are one-line usage errors naming the flag") {
 TEST_CASE("chat, batch files and the prefill pass size: llama.cpp's spellings and what does not go together") {
     CHECK(parse({"-m", "d", "-cnv"}).chat);
     CHECK(parse({"-m", "d", "--conversation", "--system", "be brief"}).chat);
+    CHECK(parse({"-m", "d", "-cnv", "--tools", "t.json"}).tools_file == "t.json");
     CHECK(parse({"-m", "d", "--chat", "-p", "first message"}).chat);
     Options b = parse({"-m", "d", "-i", "in.txt", "-o", "out.jsonl", "-n", "16"});
     CHECK(b.in_file == "in.txt");

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "test_util.h"
 
 using namespace monocu_test;
@@ -142,6 +144,9 @@ TEST_CASE("an engine refuses bad inputs in one line before it looks for a GPU") 
     refused("-m models/pycoder-13m -f " + (dir / "fifo"), (dir / "fifo") + ": is a FIFO, not a regular file");
     refused("-m models/pycoder-13m -cnv",
             "models/pycoder-13m: -cnv needs a chat template (tokenizer_config.json or chat_template.jinja has none)");
+    std::ofstream(dir / "tools.json") << R"([{"type": "function", "function": {"description": "no name"}}])";
+    refused("-m models/pycoder-13m -p hi --tools " + (dir / "tools.json"),
+            "--tools " + (dir / "tools.json") + ": tool 0 has no function name ({\"type\": \"function\", \"function\": {\"name\": ...}})");
     std::ofstream(dir / "ids.txt") << "5 8192";
     refused("-m models/pycoder-13m --ids " + (dir / "ids.txt"), (dir / "ids.txt") + ": token id 8192 is outside the vocabulary [0, 8192)");
 
@@ -164,4 +169,35 @@ TEST_CASE("an engine refuses bad inputs in one line before it looks for a GPU") 
         CHECK(std::count(log.begin(), log.end(), '\n') == 1);
         MESSAGE("no usable GPU here: " << log);
     }
+}
+
+// tokenize --reply: a model's output split by the checkpoint's (here a template's) tool-call format.
+TEST_CASE("tokenize --reply splits an output into content, reasoning and tool calls") {
+    const std::string tk = MONOCU_HOST_BUILD_DIR "/tools/tokenize";
+    if (!built(tk)) {
+        MESSAGE("skipped: " << tk << " not built");
+        return;
+    }
+    TempDir dir;
+    std::string log;
+    std::ofstream(dir / "out.txt") << "plan\n</think>\n\nOn it.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+    std::ofstream(dir / "chat.json") << R"({"messages": [{"role": "user", "content": "Weather?"}], "enable_thinking": true})";
+    REQUIRE_MESSAGE(run_command(tk + " --template tests/data/templates/qwq-32b.jinja --reply " + (dir / "out.txt") + " --chat " +
+                                    (dir / "chat.json") + " 2>&1",
+                                &log) == 0,
+                    log);
+    nlohmann::json j = nlohmann::json::parse(log);
+    CHECK(j["format"] == "hermes");
+    CHECK(j["message"]["content"] == "On it.");
+    CHECK(j["message"]["reasoning_content"] == "plan");  // QwQ's prompt opened <think>
+    CHECK(j["message"]["tool_calls"][0]["function"]["name"] == "get_weather");
+    CHECK(j["message"]["tool_calls"][0]["function"]["arguments"] == R"({"city":"Oslo"})");
+    CHECK(j["warnings"].empty());
+    std::ofstream(dir / "bad.txt") << "[TOOL_CALLS]f{1}";
+    REQUIRE(run_command(tk + " --template tests/data/templates/mistral-nemo-instruct-2407.jinja --reply " + (dir / "bad.txt") + " 2>&1", &log) == 0);
+    j = nlohmann::json::parse(log);
+    CHECK(j["message"]["content"] == "[TOOL_CALLS]f{1}");
+    CHECK(j["warnings"].size() == 1);
+    CHECK(run_command(tk + " -m models/pycoder-13m --reply " + (dir / "out.txt"), &log) == 1);
+    CHECK(log.find("has no chat template") != std::string::npos);
 }

@@ -15,6 +15,13 @@
 //                                                  the same with template T.jinja; special tokens ({"bos_token": ..,
 //                                                  "eos_token": ..}) from S.json or DIR's tokenizer_config.json, so a
 //                                                  template can be checked with no checkpoint at all
+//   build/tools/tokenize -m DIR --reply OUT.txt [--chat FILE.json]
+//                                                  what a model wrote (OUT.txt, special tokens as text) split as
+//                                                  OpenAI returns it: {"format", "message": {"content",
+//                                                  "reasoning_content", "tool_calls"}, "warnings"}, by the tool-call
+//                                                  format of the checkpoint's (or --template's) chat template
+//                                                  (common/tokenizer/chat_reply.h); with --chat, the prompt it
+//                                                  answered says whether it began inside <think>
 //   build/tools/tokenize -m DIR --bench FILE       load time, and single-threaded encode MB/s over FILE
 #include <chrono>
 #include <cstdio>
@@ -25,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/chat_reply.h"
 #include "tokenizer/chat_template.h"
 #include "host/errors.h"
 #include "tokenizer/tokenizer.h"
@@ -35,10 +43,11 @@ static const char* USAGE =
     "usage: tokenize -m DIR [-p TEXT | --stdin] [--plain] [--decode \"ID ID ...\"] [--chat FILE.json [--no-think] [--date D]]\n"
     "                [--bench FILE]\n"
     "       tokenize [-m DIR] --chat FILE.json [--template T.jinja] [--template-name NAME] [--special-tokens S.json]\n"
-    "                [--no-think] [--date YYYY-MM-DD]\n";
+    "                [--no-think] [--date YYYY-MM-DD]\n"
+    "       tokenize [-m DIR | --template T.jinja] --reply OUT.txt [--chat FILE.json]\n";
 
 struct Args {
-    std::string model, text, decode, chat, bench, date, tmpl, tmpl_name, special;
+    std::string model, text, decode, chat, bench, date, tmpl, tmpl_name, special, reply;
     bool have_text = false, from_stdin = false, plain = false, no_think = false;
 };
 
@@ -57,6 +66,7 @@ static Args parse_args(int argc, char** argv) {
         else if (k == "--plain") a.plain = true;
         else if (k == "--decode") a.decode = value();
         else if (k == "--chat") a.chat = value();
+        else if (k == "--reply") a.reply = value();
         else if (k == "--no-think") a.no_think = true;
         else if (k == "--date") a.date = value();
         else if (k == "--bench") a.bench = value();
@@ -66,7 +76,7 @@ static Args parse_args(int argc, char** argv) {
         else die_usage("unknown flag '%s'", k.c_str());
     }
     if (!a.tmpl.empty() || !a.special.empty() || !a.tmpl_name.empty()) {
-        if (a.chat.empty()) die_usage("--template, --template-name and --special-tokens go with --chat");
+        if (a.chat.empty() && a.reply.empty()) die_usage("--template, --template-name and --special-tokens go with --chat or --reply");
         if (!a.special.empty() && a.tmpl.empty()) die_usage("--special-tokens goes with --template");
         if (!a.special.empty() && !a.model.empty()) die_usage("give either -m DIR or --special-tokens, not both");
     }
@@ -75,8 +85,9 @@ static Args parse_args(int argc, char** argv) {
     char rest;
     if (!a.date.empty() && std::sscanf(a.date.c_str(), "%4d-%2d-%2d%c", &y, &mo, &d, &rest) != 3)
         die_usage("--date '%s' is not YYYY-MM-DD", a.date.c_str());
-    int modes = int(a.have_text || a.from_stdin) + int(!a.decode.empty()) + int(!a.chat.empty()) + int(!a.bench.empty());
-    if (modes != 1) die_usage("give exactly one of -p/--stdin, --decode, --chat, --bench");
+    int modes = int(a.have_text || a.from_stdin) + int(!a.decode.empty()) + int(!a.chat.empty() && a.reply.empty()) +
+                int(!a.bench.empty()) + int(!a.reply.empty());
+    if (modes != 1) die_usage("give exactly one of -p/--stdin, --decode, --chat, --reply, --bench");
     return a;
 }
 
@@ -117,12 +128,8 @@ static ChatInput read_chat_input(const std::string& path) {
     return in;
 }
 
-// --chat: the checkpoint's (or --template's) Jinja chat template; a checkpoint with none is an error.
-static std::string render_chat_file(const Args& a) {
-    ChatInput in = read_chat_input(a.chat);
-    if (!in.kwargs.contains("add_generation_prompt")) in.kwargs["add_generation_prompt"] = true;
-    if (a.no_think) in.kwargs["enable_thinking"] = false;
-    if (!a.date.empty()) setenv("CHAT_TEMPLATE_NOW", (a.date + "T00:00:00").c_str(), 1);
+// The checkpoint's (or --template's) Jinja chat template.
+static ChatTemplate load_chat_template(const Args& a) {
     ChatTemplate ct;
     if (!a.tmpl.empty()) {
         std::string text;
@@ -140,7 +147,30 @@ static std::string render_chat_file(const Args& a) {
     } else {
         ct = ChatTemplate::load(a.model);
     }
+    return ct;
+}
+
+// --chat: the prompt the template renders; a checkpoint with no template is an error.
+static std::string render_chat_file(const Args& a, const ChatTemplate& ct) {
+    ChatInput in = read_chat_input(a.chat);
+    if (!in.kwargs.contains("add_generation_prompt")) in.kwargs["add_generation_prompt"] = true;
+    if (a.no_think) in.kwargs["enable_thinking"] = false;
+    if (!a.date.empty()) setenv("CHAT_TEMPLATE_NOW", (a.date + "T00:00:00").c_str(), 1);
     return ct.render(in.messages, in.kwargs, a.tmpl_name);
+}
+
+// --reply: a model's output split into content, reasoning and tool calls.
+static void split_reply(const Args& a, const ChatTemplate& ct) {
+    if (ct.empty()) die("--reply: %s has no chat template to tell its tool-call format by", a.model.c_str());
+    std::string text;
+    if (!tok_read_file(a.reply, text)) die("%s: cannot read", a.reply.c_str());
+    size_t bad = utf8_first_invalid(text);
+    if (bad != std::string::npos) die("%s: invalid UTF-8 at byte %zu", a.reply.c_str(), bad);
+    ReplyFormat f = reply_format(ct);
+    bool opened = !a.chat.empty() && reply_starts_in_reasoning(render_chat_file(a, ct), f);
+    ChatReply r = parse_reply(text, f, opened);
+    nlohmann::ordered_json out = {{"format", reply_format_name(f)}, {"message", reply_message(r)}, {"warnings", r.warnings}};
+    std::puts(out.dump(2).c_str());
 }
 
 // Load time, then encode throughput over the file: best of three passes, one thread.
@@ -164,8 +194,12 @@ int main(int argc, char** argv) {
     return run_main([&] {
         Args a = parse_args(argc, argv);
         if (!a.bench.empty()) { bench(a); return 0; }
+        if (!a.reply.empty()) {
+            split_reply(a, load_chat_template(a));
+            return 0;
+        }
         if (!a.chat.empty()) {
-            std::string out = render_chat_file(a);
+            std::string out = render_chat_file(a, load_chat_template(a));
             std::fwrite(out.data(), 1, out.size(), stdout);
             return 0;
         }

@@ -33,6 +33,8 @@ struct Options {
     std::string prompt_file;  // -f
     std::string ids_file;     // --ids: token ids instead of text
     std::string system;       // --system: system message for the chat template
+    std::string tools_file;   // --tools: OpenAI function schemas (a JSON list) for the chat template
+    std::string tools_json;   // ... that file's text, read and checked by the runner before the GPU
     int n_predict = -1;       // -n: tokens to generate; -1 = until an end-of-generation token or a full context
     int ctx_size = 0;         // -c: 0 = min(4096, max_position_embeddings)
     double temp = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0;
@@ -74,6 +76,8 @@ inline void print_usage(FILE* out, const char* engine) {
                  "  -i, --in-file FILE     batch: one prompt per line, or JSONL lines with \"prompt\" or \"messages\"\n"
                  "  -o, --out-file FILE    with -i: one JSON line per input line (text, token counts, finish reason)\n"
                  "      --system TEXT      system message (chat template only)\n"
+                 "      --tools FILE       tools the model may call: a JSON list of OpenAI function schemas, given to\n"
+                 "                         the chat template; the calls it makes are shown apart (-cnv) or returned (-i)\n"
                  "      --raw              no chat template: the prompt is the raw text\n"
                  "      --no-think         Qwen3: render the template with enable_thinking=False\n"
                  "  -n, --n-predict N      tokens to generate (default -1: until end of generation or full context)\n"
@@ -168,6 +172,7 @@ inline Options parse_cli(int argc, char** argv) {
         else if (a == "-f" || a == "--file") o.prompt_file = value();
         else if (a == "--ids") o.ids_file = value();
         else if (a == "--system") o.system = value();
+        else if (a == "--tools") o.tools_file = value();
         else if (a == "--raw") o.raw = true;
         else if (a == "--no-think") o.no_think = true;
         else if (a == "-n" || a == "--n-predict") o.n_predict = static_cast<int>(parse_int(a, value(), -1, kIntMax));

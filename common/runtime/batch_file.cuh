@@ -3,16 +3,20 @@
 // Usage (runner.cuh):  return batch_file(gen, tok, opts, vocab, eos);
 //
 // Input, line by line: a JSON object ({"prompt": "..."} or {"messages": [{"role": ..., "content": ...}, ...]},
-// optionally with "max_tokens") or any other line as a prompt's text (with the chat template unless --raw,
-// like -p). Output, one JSON line per input line, in order:
+// optionally with "max_tokens" and "tools", a list of OpenAI function schemas for the template, else --tools's)
+// or any other line as a prompt's text (with the chat template unless --raw, like -p). Output, one JSON line per
+// input line, in order:
 //   {"line": 3, "text": "...", "prompt_tokens": 12, "completion_tokens": 40, "finish_reason": "stop"}
+// and where a reply through the chat template holds reasoning or tool calls (tokenizer/chat_reply.h), also its
+// parts as OpenAI returns them: "content", "reasoning_content", "tool_calls" (and "warnings" for calls that did
+// not parse), with "finish_reason": "tool_calls" when it stopped after calls.
 // or, for a line that cannot be run, {"line": 3, "error": "..."}: the error is also said on stderr with the
 // line's number, and the run goes on. Empty lines are skipped. Progress on stderr: done/total and tok/s.
 // Each prompt starts a fresh sequence (no reuse of an earlier line's cache: results do not depend on order);
 // until the batched core lands the prompts run one after another.
 #pragma once
 
-#include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -27,8 +31,7 @@ struct BatchLine {
 };
 
 inline std::vector<BatchLine> read_batch_lines(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) die("-i %s: cannot open", path.c_str());
+    std::istringstream f(read_text_file(path));  // a regular file of bounded size (host/files.h)
     std::vector<BatchLine> lines;
     std::string s;
     for (int n = 1; std::getline(f, s); n++) {
@@ -40,10 +43,12 @@ inline std::vector<BatchLine> read_batch_lines(const std::string& path) {
     return lines;
 }
 
-// The line's prompt ids and its own max_tokens (or -1); die()s with what is wrong.
+// The line's prompt ids, its own max_tokens (or -1) and whether it went through the chat template; die()s with
+// what is wrong.
 inline std::vector<int> batch_line_ids(const BatchLine& line, const Options& o, int vocab, const Tokenizer* tok, const ChatTemplate& ct,
-                                       int* max_tokens) {
+                                       int* max_tokens, bool* chat) {
     *max_tokens = -1;
+    *chat = tok && !o.raw && !ct.empty();
     if (line.text[line.text.find_first_not_of(" \t")] != '{') return prompt_ids(o, line.text, vocab, tok, ct);
     nlohmann::json j = nlohmann::json::parse(line.text, nullptr, false);
     if (j.is_discarded() || !j.is_object()) die("not a valid JSON object");
@@ -52,10 +57,12 @@ inline std::vector<int> batch_line_ids(const BatchLine& line, const Options& o, 
             die("\"max_tokens\" must be a non-negative integer");
         *max_tokens = j["max_tokens"].get<int>();
     }
+    if (j.contains("tools") && !j["tools"].is_array()) die("\"tools\" must be a list of tool schemas");
     bool has_prompt = j.contains("prompt"), has_messages = j.contains("messages");
     if (has_prompt == has_messages) die("give exactly one of \"prompt\" and \"messages\"");
     if (has_prompt) {
         if (!j["prompt"].is_string()) die("\"prompt\" must be a string");
+        if (j.contains("tools")) die("\"tools\" go with \"messages\"");
         return prompt_ids(o, j["prompt"].get<std::string>(), vocab, tok, ct);
     }
     if (!tok) die("\"messages\" needs tokenizer.json");
@@ -67,7 +74,10 @@ inline std::vector<int> batch_line_ids(const BatchLine& line, const Options& o, 
         msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
     }
     if (ct.empty()) die("\"messages\" needs a chat template (this checkpoint has none)");
-    return chat_prompt_ids(o, msgs, vocab, *tok, ct);
+    *chat = true;
+    if (!j.contains("tools")) return chat_prompt_ids(o, msgs, vocab, *tok, ct);
+    nlohmann::ordered_json tools = nlohmann::ordered_json::parse(j["tools"].dump());
+    return chat_prompt_ids(o, msgs, vocab, *tok, ct, &tools);
 }
 
 template <class M>
@@ -83,7 +93,8 @@ int batch_file(Generator<M>& g, const Tokenizer* tok, const ChatTemplate& ct, co
         nlohmann::ordered_json rec = {{"line", line.number}};  // keys in this order, "line" first
         try {
             int max_tokens;
-            std::vector<int> ids = batch_line_ids(line, o, vocab, tok, ct, &max_tokens);
+            bool chat;
+            std::vector<int> ids = batch_line_ids(line, o, vocab, tok, ct, &max_tokens, &chat);
             g.forget();
             std::unique_ptr<StreamDecoder> dec = tok ? std::make_unique<StreamDecoder>(*tok) : nullptr;
             std::string text;
@@ -100,6 +111,17 @@ int batch_file(Generator<M>& g, const Tokenizer* tok, const ChatTemplate& ct, co
             rec["completion_tokens"] = completion;
             rec["finish_reason"] = r.finish;
             tokens += completion;
+            if (chat) {  // the reply's parts, where it has more than an answer
+                ReplyFormat f = reply_format(ct);
+                ChatReply parts = parse_reply(utf8_repair(text), f, prompt_opens_reasoning(*tok, ids, f), o.seed + (uint64_t)line.number);
+                if (!parts.reasoning.empty() || !parts.tool_calls.empty() || !parts.warnings.empty()) {
+                    nlohmann::ordered_json m = reply_message(parts);
+                    for (const char* k : {"content", "reasoning_content", "tool_calls"})
+                        if (m.contains(k)) rec[k] = m[k];
+                    if (!parts.warnings.empty()) rec["warnings"] = parts.warnings;
+                    if (!parts.tool_calls.empty() && r.finish == "stop") rec["finish_reason"] = "tool_calls";
+                }
+            }
         } catch (const UserError& e) {
             std::fprintf(stderr, "%s:%d: %s (skipped)\n", o.in_file.c_str(), line.number, e.what());
             rec["error"] = e.what();

@@ -7,7 +7,9 @@
 // re-renders differently, e.g. Qwen3 drops an earlier reply's thinking, from that point on). The reply is
 // kept as the assistant's message as generated. Input: one line per message; a line ending in "\" goes on
 // to the next one. Ctrl-C stops the reply being written (not the program); at the prompt it says how to
-// quit. "/exit" or end of input (Ctrl-D) quits; "/reset" starts a new conversation.
+// quit. "/exit" or end of input (Ctrl-D) quits; "/reset" starts a new conversation. With --tools the template
+// offers the model those tools; its calls are printed after its reply ("[tool call] NAME ARGUMENTS"), and on a
+// terminal its reasoning is dim (runtime/prompts.cuh's ReplyPrinter).
 #pragma once
 
 #include <signal.h>
@@ -107,14 +109,11 @@ int chat_loop(Generator<M>& g, const Tokenizer* tok, const ChatTemplate& ct, con
             continue;
         }
         chat_interrupted() = 0;
-        TokenPrinter out(tok);
-        StreamDecoder reply(*tok);
-        std::string reply_text;
+        ReplyPrinter reply(*tok, ct, ids);
         Generation r;
         try {
             r = g.run(ids, o.n_predict, eos, [&](int id) {
-                out.push(id);
-                reply_text += reply.push(id);
+                reply.push(id);
                 return !chat_interrupted();
             });
         } catch (const UserError& e) {  // a conversation past the context: say so, keep the program
@@ -122,15 +121,14 @@ int chat_loop(Generator<M>& g, const Tokenizer* tok, const ChatTemplate& ct, con
             msgs.pop_back();
             continue;
         }
-        out.finish();
-        reply_text += reply.flush();
+        reply.finish(o.seed + msgs.size());
         std::printf("\n");
         if (r.finish == "interrupted") std::fprintf(stderr, "monocu: reply stopped\n");
         if (r.finish == "context") std::fprintf(stderr, "monocu: the context is full (%zu tokens); /reset starts over\n", g.cached().size());
         if (o.verbose)
             std::fprintf(stderr, "monocu: %d prompt tokens (%d from the cache) in %.1f ms; %zu tokens in %.1f ms\n", r.prompt_tokens, r.reused,
                          r.prompt_ms, r.tokens.size(), r.eval_ms);
-        msgs.push_back({"assistant", reply_text});
+        msgs.push_back({"assistant", reply.text()});
     }
     return 0;
 }

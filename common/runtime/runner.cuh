@@ -70,12 +70,16 @@ int generate_once(Runtime& rt, Generator<M>& g, const Tokenizer* tok, const Chat
     g.trace = trace;
     bool raw_prompt = o.ids_file.empty() && (o.raw || ct.empty());
     if (raw_prompt && !o.quiet) std::fputs(text.c_str(), stdout);
-    TokenPrinter out(tok);
+    bool chat = !raw_prompt && o.ids_file.empty() && tok;  // through the template: show reasoning and tool calls apart
+    TokenPrinter out(chat ? nullptr : tok);
+    std::unique_ptr<ReplyPrinter> reply = chat ? std::make_unique<ReplyPrinter>(*tok, ct, ids) : nullptr;
     Generation r = g.run(ids, o.n_predict, eos, [&](int id) {
-        out.push(id);
+        if (reply) reply->push(id);
+        else out.push(id);
         return true;
     });
-    out.finish();
+    if (reply) reply->finish(o.seed);
+    else out.finish();
     std::fputs("\n", stdout);
     std::fflush(stdout);  // before the timings on stderr
     if (trace) std::fclose(trace);
@@ -110,6 +114,7 @@ int engine_main(int argc, char** argv) {
             tok = std::make_unique<Tokenizer>(Tokenizer::load(o.model));
         ChatTemplate ct;  // the checkpoint's own (tokenizer/chat_template.h): parsed now, so a broken one is said now
         if (tok) ct = ChatTemplate::load(o.model);
+        if (!o.tools_file.empty()) o.tools_json = read_tools_file(o.tools_file);
         if (o.chat && ct.empty()) die("%s: -cnv needs a chat template (tokenizer_config.json or chat_template.jinja has none)", o.model.c_str());
         Prompt prompt;  // -p / -f / --ids: read and tokenized now (a bad file or invalid UTF-8 is said before the GPU)
         if (!o.bench && !o.chat && o.in_file.empty()) {

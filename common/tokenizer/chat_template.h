@@ -94,6 +94,13 @@ public:
 
     bool empty() const { return templates_.empty(); }
 
+    // Whether any of the templates' source text contains `text` (tokenizer/chat_reply.h tells formats apart by it).
+    bool mentions(const std::string& text) const {
+        for (const std::string& src : sources_)
+            if (src.find(text) != std::string::npos) return true;
+        return false;
+    }
+
     // The names of the templates, in the order the checkpoint lists them ("default" for a single one).
     std::vector<std::string> names() const {
         std::vector<std::string> out;
@@ -144,10 +151,12 @@ public:
 
 private:
     std::vector<std::pair<std::string, jinja::Template>> templates_;
+    std::vector<std::string> sources_;  // their text, as read
     ojson special_ = ojson::object();
 
     void add(const std::string& name, const std::string& text, const std::string& label) {
         templates_.emplace_back(name, jinja::Template::parse(text, label));
+        sources_.push_back(text);
     }
 
     std::string joined_names() const {
