@@ -120,8 +120,7 @@ struct Weights {
 static void load_weights(Weights& w, const Config& c, const Checkpoint& ck, Runtime& rt) {
     GpuMemory& mem = rt.mem;
     cudaStream_t s = rt.stream;
-    w.embed = mem.alloc<bf16>((size_t)c.vocab * c.dim, "weights");
-    upload_bf16(ck.get("model.embed_tokens.weight", {c.vocab, c.dim}), w.embed, c.dim, s);
+    w.embed = load_embedding(ck, c.vocab, c.dim, mem, s);
     w.rope = make_rope_table(c.hf.rope, c.head_dim, rt.ctx, mem, s, rt.max_tokens);
     w.layers.resize(c.n_layers);
     for (int l = 0; l < c.n_layers; l++) {
@@ -156,9 +155,7 @@ struct Llama {
 
     explicit Llama(const std::string& dir) : c(load_config(dir)) {}  // config.json, checked: before any GPU work
     ModelInfo info() const {
-        ModelInfo i;
-        i.vocab = c.vocab, i.max_position = c.hf.max_position_embeddings, i.eos_ids = c.hf.eos_token_ids;
-        i.unread_bytes = w.lm_head.w == w.embed ? 0 : (size_t)(c.vocab - 1) * c.dim * 2;  // one embedding row is read
+        ModelInfo i = decoder_info(c.vocab, c.dim, c.hf, w.lm_head.w == w.embed);  // vocab, limits, unread embedding rows
         int nope = (int)std::count(c.rope.begin(), c.rope.end(), false), sliding = c.n_layers - (int)std::count(c.window.begin(), c.window.end(), 0);
         i.summary = strf("%s: %d layers (%d without RoPE, %d with a window), dim %d, %d/%d heads x %d, ffn %d, vocab %d, rope %s",
                          c.hf.model_type.c_str(), c.n_layers, nope, sliding, c.dim, c.n_heads, c.n_kv, c.head_dim, c.ffn, c.vocab, c.hf.rope.type.c_str());
@@ -190,11 +187,7 @@ struct Llama {
             rt.taps.f32(strf("layer_%02d", l), s.x, T, c.dim, st);
         }
         // logits = lm_head(norm(x))   for the last n_out tokens
-        rmsnorm(s.x + (size_t)(T - b.n_out) * c.dim, w.final_norm, s.xn, b.n_out, c.dim, c.eps, st);
-        rt.taps.bf16("final_norm", s.xn, b.n_out, c.dim, st);
-        linear(w.lm_head, s.xn, s.logits, b.n_out, rt.lin, st);
-        rt.taps.f32("logits", s.logits, b.n_out, c.vocab, st);
-        return s.logits;
+        return decoder_logits(rt, s, b, w.final_norm, w.lm_head, c.dim, c.vocab, c.eps, st);
     }
 };
 

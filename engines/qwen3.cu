@@ -68,8 +68,7 @@ struct Weights {
 static void load_weights(Weights& w, const Config& c, const Checkpoint& ck, Runtime& rt) {
     GpuMemory& mem = rt.mem;
     cudaStream_t s = rt.stream;
-    w.embed = mem.alloc<bf16>((size_t)c.vocab * c.dim, "weights");
-    upload_bf16(ck.get("model.embed_tokens.weight", {c.vocab, c.dim}), w.embed, c.dim, s);
+    w.embed = load_embedding(ck, c.vocab, c.dim, mem, s);
     w.layers.resize(c.n_layers);
     for (int l = 0; l < c.n_layers; l++) {
         std::string p = strf("model.layers.%d.", l), a = p + "self_attn.", m = p + "mlp.";
@@ -107,10 +106,8 @@ struct Qwen3 {
     void alloc(Runtime& rt) { s = decoder_activations(rt, c.dim, c.q_dim, c.kv_dim, c.ffn, c.vocab); }
     AttnSpec attn_spec() const { return AttnSpec{c.n_layers, c.n_heads, c.n_kv, c.head_dim, c.eps}; }
     ModelInfo info() const {
-        ModelInfo i;
-        i.vocab = c.vocab, i.max_position = c.hf.max_position_embeddings, i.eos_ids = c.hf.eos_token_ids;
+        ModelInfo i = decoder_info(c.vocab, c.dim, c.hf, w.lm_head.w == w.embed);  // vocab, limits, unread embedding rows
         i.summary = strf("%d layers, dim %d, %d/%d heads x %d, ffn %d, vocab %d", c.n_layers, c.dim, c.n_heads, c.n_kv, c.head_dim, c.ffn, c.vocab);
-        i.unread_bytes = w.lm_head.w == w.embed ? 0 : (size_t)(c.vocab - 1) * c.dim * 2;  // one embedding row is read
         return i;
     }
 
@@ -138,12 +135,7 @@ struct Qwen3 {
             taps.f32(strf("layer_%02d", l), s.x, T, c.dim, st);
         }
         // logits = lm_head(norm(x))   for the last n_out tokens
-        const float* x_out = s.x + (size_t)(T - b.n_out) * c.dim;
-        rmsnorm(x_out, w.final_norm, s.xn, b.n_out, c.dim, c.eps, st);
-        taps.bf16("final_norm", s.xn, b.n_out, c.dim, st);
-        linear(w.lm_head, s.xn, s.logits, b.n_out, rt.lin, st);
-        taps.f32("logits", s.logits, b.n_out, c.vocab, st);
-        return s.logits;
+        return decoder_logits(rt, s, b, w.final_norm, w.lm_head, c.dim, c.vocab, c.eps, st);
     }
 };
 

@@ -8,7 +8,9 @@ Teacher-forced top-1: at each prompt position, does our argmax equal transformer
 bf16 dump is given)? Counted only where the position is clear: the fp32 top-1/top-2 logit gap exceeds
 2 x (rms logit error of ours + rms logit error of transformers bf16) at that position, i.e. where rounding
 alone cannot flip the order; each clear miss is listed with its gap over that threshold and whose top-1
-left fp32's. Greedy ids: length of the common prefix with the reference's ids.npy.
+left fp32's. Greedy ids: length of the common prefix with the reference's ids.npy. Mixture layers (routing_NN
+taps): at how many positions the chosen experts differ from fp32's (ours, and transformers bf16's); a run with
+--force-routing REF_FP32 takes fp32's choices, and its taps then measure the arithmetic alone.
 Exit status 1 when a tap exceeds --bound or the clear-position agreement is below --min-top1.
 """
 import argparse
@@ -31,7 +33,22 @@ def rel_l2(a, b):
 def tap_names(ref):
     names = [os.path.basename(p)[:-4] for p in glob.glob(os.path.join(ref, "*.npy"))]
     order = lambda n: (0, "") if n == "embed" else (1, n) if n.startswith("layer_") else (2, n) if n == "final_norm" else (3, n)
-    return sorted([n for n in names if n not in ("ids", "prompt_ids", "gen_gaps")], key=order)
+    return sorted([n for n in names if n not in ("ids", "prompt_ids", "gen_gaps") and not n.startswith("routing_")], key=order)
+
+
+def routing_agreement(ours, ref32, ref16):
+    """Per mixture layer (routing_NN taps: [T][k] expert choices): positions whose set of experts differs from fp32's,
+    ours and transformers bf16's."""
+    rows = []
+    for p in sorted(glob.glob(os.path.join(ref32, "routing_*.npy"))):
+        name = os.path.basename(p)[:-4]
+        r = np.sort(np.load(p), axis=1)
+        a, c = load(ours, name), load(ref16, name) if ref16 else None
+        n = len(a) if a is not None else len(r)  # the prompt's positions (the reference's may go on into its greedy steps)
+        r = r[:n]
+        diff = lambda x: None if x is None else int(np.sum(np.any(np.sort(x[:n], axis=1) != r, axis=1)))
+        rows.append((name, n, diff(a), diff(c)))
+    return rows
 
 
 def compare_taps(ours, ref, ref16=None):
@@ -130,6 +147,9 @@ def main():
     for pos, margin, ours_ok, ref_ok in misses:
         print(f"  clear miss at position {pos}: fp32 gap {margin:.2f}x the threshold; fp32's top-1 kept by "
               f"{'us' if ours_ok else 'not us'}, {'the reference' if ref_ok else 'not the reference'}")
+    for name, n, d_ours, d16 in routing_agreement(a.ours, a.ref, a.ref_bf16):
+        print(f"{name}: expert choices differ from fp32's at {d_ours if d_ours is not None else '?'} of {n} positions"
+              + (f" (transformers bf16: {d16})" if d16 is not None else ""))
     g = greedy_prefix(a.ours, a.ref_bf16 or a.ref)
     if g:
         print(f"greedy ids: first {g[0]} identical (ours {g[1]}, reference {g[2]})")

@@ -21,11 +21,12 @@
 #   quanteval     oracle/quant_eval.py on the shipped model: fp8 / int4 / FP8 KV vs bf16, tools/quantize bit-identity,
 #                 GPTQ, and GPTQ's INT4 refined by distillation (oracle/qat_int4.py; ~2 minutes of the stage)
 #   gemvbench     build/<arch>/tools/bench_gemv (GEMV GB/s per shape and format)
-#   speed PRESETS engine --bench at context 512 for each weight format (quick); SPEED_FLAGS="--no-pdl,..."
+#   speed PRESETS engine --bench at context 512 (SPEED_CTX="512,16384") for each weight format; SPEED_FLAGS="--no-pdl,..."
 #                 adds runs with those flags (comma-separated sets, '+' between flags of one set)
 #   loadtime PRESET   the engine's load time on that random-weight checkpoint for each --dtype (files in the page
 #                 cache, then dropped from it where the user may), and tools/quantize's outputs loaded likewise
-#   tinyl         make the llama family's tiny test models (tests/data/models/tiny-{llama*,mistral,qwen2,smollm3}), pack them
+#   tinyl         make the llama family's tiny test models (tests/data/models/tiny-{llama*,mistral,qwen2,smollm3}), pack them;
+#                 TINY_NAMES="tiny-lfm2 ..." makes those instead
 #   fidl PRESET LAYERS INIT_STD EMBED_STD
 #                 as fid, for any model_type (engine by config), at a real shape cut to LAYERS layers
 #   ab PRESET     batch-1 decode before / after: .carry/base/qwen3 (the engine before the runner) and the new
@@ -181,7 +182,7 @@ stage_speed() {  # PRESETS (comma-separated)
     for d in bf16 fp8 int4; do
       for f in "" ${SPEED_FLAGS:+${SPEED_FLAGS//,/ }}; do
         echo "--- $p $d ${f//+/ }"
-        "$B"/qwen3 -m "$m" --bench --n-prompt 512 -n 128 --dtype $d ${f//+/ } 2>&1 | grep -E "^bench|error|fatal"
+        "$(engine_for "$m")" -m "$m" --bench --n-prompt ${SPEED_CTX:-512} -n 128 --dtype $d ${f//+/ } 2>&1 | grep -E "^bench|error|fatal|GPU memory"
       done
     done
   done 2>&1 | tee -a "$R/speed.txt"
@@ -211,12 +212,13 @@ stage_gemvbench() { "$B"/tools/bench_gemv 2>&1 | tee "$R/bench_gemv.txt"; }
 engine_for() {  # MODEL_DIR -> the engine binary for its model_type
   case $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['model_type'])" "$1/config.json") in
     qwen3) echo "$B/qwen3" ;;
+    lfm2|lfm2_moe) echo "$B/lfm2" ;;
     *) echo "$B/llama" ;;
   esac
 }
 
 stage_tinyl() {
-  local names="tiny-llama3 tiny-llama-bias tiny-llama-dynamic tiny-mistral tiny-qwen2 tiny-smollm3"
+  local names=${TINY_NAMES:-tiny-llama3 tiny-llama-bias tiny-llama-dynamic tiny-mistral tiny-qwen2 tiny-smollm3}
   python3 oracle/make_test_models.py tests/data/models $names > "$R"/tinyl.log 2>&1 || { tail -30 "$R"/tinyl.log; return; }
   cat "$R"/tinyl.log
   (cd tests/data/models && tar czf "$OUT"/tiny_llama_models.tgz $names)
@@ -235,6 +237,12 @@ stage_fidl() {  # PRESET LAYERS INIT_STD EMBED_STD
     "$e" -m "$m" --ids "$W/$p.ids" --dump-dir "$W/$p.ours" -n 16 --temp 0 -q > /dev/null
     python3 oracle/compare.py --ours "$W/$p.ours" --ref "$W/$p.ref32" --ref-bf16 "$W/$p.ref16" \
       --plot "$R/fid_$tag.png" --title "$p, $2 layers (random, init std $3, embeddings $4, prompt seed $seed) vs transformers fp32" | tee "$R/fid_$tag.txt"
+    if ls "$W/$p.ref32"/routing_*.npy > /dev/null 2>&1; then  # a mixture: again with fp32's expert choices
+      echo "--- with transformers fp32's expert choices (--force-routing)"
+      "$e" -m "$m" --ids "$W/$p.ids" --dump-dir "$W/$p.forced" -n 16 --temp 0 -q --force-routing "$W/$p.ref32" > /dev/null
+      python3 oracle/compare.py --ours "$W/$p.forced" --ref "$W/$p.ref32" --ref-bf16 "$W/$p.ref16" | tee "$R/fid_${tag}_forced.txt"
+      rm -rf "$W/$p.forced"
+    fi
     rm -rf "$W/$p.ref32" "$W/$p.ref16" "$W/$p.ours"
   done
   rm -rf "$m"
@@ -280,7 +288,7 @@ stage_fuzz() {  # SECONDS: each target of build/fuzz on every core; crashes are 
   jobs=$(nproc)
   [ -f .carry/fuzz.txz ] && tar xJf .carry/fuzz.txz
   export MONOCU_FUZZ_TOKENIZERS="${MONOCU_FUZZ_TOKENIZERS:-$PWD/.carry/tok/qwen3 $PWD/.carry/tok/llama2 $PWD/.carry/tok/mistral_v0_3 $PWD/.carry/tok/smollm2}"
-  for t in ${FUZZ_TARGETS:-safetensors_header config npy tokenizer_json tokenizer_encode model_folder jinja}; do
+  for t in ${FUZZ_TARGETS:-safetensors_header config npy tokenizer_json tokenizer_encode model_folder jinja chat_reply}; do
     [ -x build/fuzz/$t ] || { echo "--- $t: not built"; continue; }
     mkdir -p "$W/crash_$t"
     echo "--- fuzz $t: $1 s on $jobs cores"

@@ -5,7 +5,8 @@
     python3 oracle/dump.py --model DIR --prompt "def main(" --out ref_bf16 --dtype bfloat16 --greedy 128
 
 Taps (float32 .npy, batch dimension dropped): embed [T, dim], layer_00 .. layer_NN [T, dim] (hidden
-state after each decoder layer), final_norm [T, dim], logits [T, vocab], all for the prompt positions;
+state after each decoder layer), final_norm [T, dim], logits [T, vocab], routing_NN [T, k] (a mixture layer's
+chosen experts; with --greedy N also those of the N - 1 tokens fed back), all for the prompt positions;
 prompt_ids.npy; and with --greedy N, ids.npy (the N greedy tokens, KV cache, no early stop at EOS unless
 --stop-at-eos) and gen_gaps.npy (top-1 minus top-2 logit at each greedy step, to tell near-ties apart).
 The attention runs in transformers' eager implementation, the plainest reference it has.
@@ -38,9 +39,22 @@ def add_taps(model, taps):
             taps[name] = t[0].detach().float().cpu().numpy()
         return hook
     inner = model.model
-    handles = [inner.embed_tokens.register_forward_hook(keep("embed")), inner.norm.register_forward_hook(keep("final_norm"))]
+    final = inner.norm if hasattr(inner, "norm") else inner.embedding_norm  # LFM2 names its final norm so
+    handles = [inner.embed_tokens.register_forward_hook(keep("embed")), final.register_forward_hook(keep("final_norm"))]
     for i, layer in enumerate(inner.layers):
         handles.append(layer.register_forward_hook(keep(f"layer_{i:02d}")))
+    return handles
+
+
+def add_routing_taps(model, calls):
+    """A mixture layer's chosen experts, [T][k] per forward call, appended to calls["routing_NN"]."""
+    handles = []
+    for i, layer in enumerate(model.model.layers):
+        router = getattr(getattr(layer, "feed_forward", None), "gate", None)
+        if router is not None and hasattr(router, "top_k"):  # LFM2-MoE's router returns (logits, weights, experts)
+            def keep_choice(_m, _i, out, name=f"routing_{i:02d}"):
+                calls.setdefault(name, []).append(out[2].detach().float().cpu().numpy())
+            handles.append(router.register_forward_hook(keep_choice))
     return handles
 
 
@@ -67,8 +81,9 @@ def greedy(model, ids, n, eos=None):
 @torch.no_grad()
 def dump(model, ids, out_dir, n_greedy=0, eos=None):
     os.makedirs(out_dir, exist_ok=True)
-    taps = {}
+    taps, calls = {}, {}
     handles = add_taps(model, taps)
+    routers = add_routing_taps(model, calls)
     device = next(model.parameters()).device
     logits = model(input_ids=torch.tensor([ids], device=device)).logits[0].float().cpu().numpy()
     for h in handles:
@@ -81,6 +96,14 @@ def dump(model, ids, out_dir, n_greedy=0, eos=None):
         toks, gaps = greedy(model, ids, n_greedy, eos)
         np.save(os.path.join(out_dir, "ids.npy"), np.array(toks, dtype=np.int32))
         np.save(os.path.join(out_dir, "gen_gaps.npy"), np.array(gaps, dtype=np.float32))
+    for h in routers:
+        h.remove()
+    # A mixture's choices cover the greedy steps too: the prompt's rows, then one row per token fed back (greedy's
+    # first call re-runs the prompt, the same rows: dropped), so that an engine run with --force-routing follows
+    # fp32's choices through the generated tokens as well.
+    for name, rows in calls.items():
+        taps[name] = np.concatenate([rows[0]] + rows[2:])
+        np.save(os.path.join(out_dir, name + ".npy"), taps[name].astype(np.float32))
     return taps
 
 

@@ -102,6 +102,52 @@ PRESETS.update({
                          no_rope_layers=[1, 0, 1, 0], use_sliding_window=True, sliding_window=30, attention_bias=True,
                          rope_parameters={"rope_type": "default", "rope_theta": 2000000.0}),
 })
+# LFM2 (engines/lfm2.cu): conv and attention layers. The real shape as its Hub config gives it (full_attn_idxs).
+LFM2_REAL = dict(model_type="lfm2", vocab_size=65536, max_position_embeddings=128000, norm_eps=1e-5, bos_token_id=1, eos_token_id=7,
+                 pad_token_id=0, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=True,
+                 conv_L_cache=3, conv_bias=False, block_multiple_of=256, block_ffn_dim_multiplier=1.0, block_auto_adjust_ff_dim=True)
+PRESETS.update({
+    "lfm2-1.2b": dict(LFM2_REAL, hidden_size=2048, intermediate_size=12288, num_hidden_layers=16, num_attention_heads=32,
+                      num_key_value_heads=8, full_attn_idxs=[2, 5, 8, 10, 12, 14]),
+})
+PRESETS.update({
+    # LFM2-8B-A1B: attention at 2, 6, 10, 14, 18, 21 of 24; two dense layers, then 32 experts, top 4. The router is
+    # drawn wider than the init (logit std ~2.5) so that the expert choices are not near ties (see _router_std).
+    "lfm2-8b-a1b": dict(LFM2_REAL, model_type="lfm2_moe", hidden_size=2048, intermediate_size=7168, moe_intermediate_size=1792,
+                        num_hidden_layers=24, num_attention_heads=32, num_key_value_heads=8, num_experts=32, num_experts_per_tok=4,
+                        num_dense_layers=2, use_expert_bias=True, norm_topk_prob=True, routed_scaling_factor=1.0,
+                        layer_types=["full_attention" if i in (2, 6, 10, 14, 18, 21) else "conv" for i in range(24)],
+                        _router_std=2.5 / 2048 ** 0.5),
+})
+TINY_LFM = dict(model_type="lfm2", vocab_size=256, norm_eps=1e-5, max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
+                pad_token_id=0, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+PRESETS.update({
+    # a conv layer first, two attention layers in a row, attention last; GQA 3; the MLP width derived as Lfm2MLP does
+    # with a multiplier and an odd multiple (200 -> 133 -> 199 -> 240); tied.
+    "tiny-lfm2": dict(TINY_LFM, hidden_size=192, intermediate_size=200, num_hidden_layers=5, num_attention_heads=3,
+                      num_key_value_heads=1, layer_types=["conv", "full_attention", "full_attention", "conv", "full_attention"],
+                      block_multiple_of=48, block_ffn_dim_multiplier=1.5, block_auto_adjust_ff_dim=True, conv_L_cache=3,
+                      tie_word_embeddings=True),
+    # biases on in_proj, the conv and out_proj; 4 taps; attention first and last (full_attn_idxs only, as older
+    # configs say it: layer_types is dropped from config.json); head_dim 128; no MLP adjustment; untied.
+    "tiny-lfm2-bias": dict(TINY_LFM, hidden_size=128, intermediate_size=136, num_hidden_layers=4, num_attention_heads=1,
+                           num_key_value_heads=1, full_attn_idxs=[0, 3], conv_bias=True, conv_L_cache=4,
+                           block_auto_adjust_ff_dim=False, tie_word_embeddings=False, _drop_layer_types=True),
+    # lfm2_moe: one dense layer, then 6 experts, top 4 (k does not divide E), a choice bias, renormalised; attention
+    # in the middle two layers; the router wide enough that choices are clear (logit std ~2.5).
+    "tiny-lfm2-moe": dict(TINY_LFM, model_type="lfm2_moe", hidden_size=128, intermediate_size=96, moe_intermediate_size=40,
+                          num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1, num_experts=6, num_experts_per_tok=4,
+                          num_dense_layers=1, use_expert_bias=True, norm_topk_prob=True, routed_scaling_factor=1.0,
+                          layer_types=["conv", "full_attention", "full_attention", "conv"], tie_word_embeddings=True,
+                          _router_std=2.5 / 128 ** 0.5),
+    # 40 experts (past one warp of the routing kernel), top 3, no choice bias, no renormalisation, a scaling factor;
+    # no dense layer; attention last; untied.
+    "tiny-lfm2-moe-wide": dict(TINY_LFM, model_type="lfm2_moe", hidden_size=64, intermediate_size=64, moe_intermediate_size=24,
+                               num_hidden_layers=3, num_attention_heads=1, num_key_value_heads=1, num_experts=40, num_experts_per_tok=3,
+                               num_dense_layers=0, use_expert_bias=False, norm_topk_prob=False, routed_scaling_factor=2.5,
+                               layer_types=["conv", "conv", "full_attention"], tie_word_embeddings=False,
+                               _router_std=2.5 / 64 ** 0.5),
+})
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -111,10 +157,15 @@ def make(preset, out, seed=0, init_std=0.1, dtype="bfloat16", shard="5GB", token
     torch.manual_seed(seed)
     kw = dict(PRESETS[preset])
     model_type = kw.pop("model_type", "qwen3")
+    drop_layer_types = kw.pop("_drop_layer_types", False)
+    router_std = kw.pop("_router_std", None)  # a mixture's router (feed_forward.gate) drawn N(0, this); its choice bias N(0, 0.1)
     if layers:
         kw["num_hidden_layers"] = layers
-        if isinstance(kw.get("no_rope_layers"), list):
-            kw["no_rope_layers"] = kw["no_rope_layers"][:layers]
+        for key in ("no_rope_layers", "layer_types"):
+            if isinstance(kw.get(key), list):
+                kw[key] = kw[key][:layers]
+        if isinstance(kw.get("full_attn_idxs"), list):
+            kw["full_attn_idxs"] = [i for i in kw["full_attn_idxs"] if i < layers]
     cfg = AutoConfig.for_model(model_type, **kw, initializer_range=init_std)
     # Big presets are built directly in bf16: an 8B fp32 copy would need 32 GB for nothing.
     torch.set_default_dtype(torch.float32 if preset.startswith("tiny") else torch.bfloat16)
@@ -129,9 +180,19 @@ def make(preset, out, seed=0, init_std=0.1, dtype="bfloat16", shard="5GB", token
                 p.normal_(0.0, bias_std)
             elif embed_std is not None and name in ("model.embed_tokens.weight", "lm_head.weight"):
                 p.normal_(0.0, embed_std)
+            elif router_std is not None and name.endswith("feed_forward.gate.weight"):
+                p.normal_(0.0, router_std)
+        for name, b in model.named_buffers():
+            if name.endswith("expert_bias"):
+                b.copy_(0.1 * torch.randn_like(b, dtype=torch.float32))
     model = model.to(DTYPES[dtype])
     os.makedirs(out, exist_ok=True)
     model.save_pretrained(out, max_shard_size=shard)
+    if drop_layer_types:  # the config as older checkpoints write it: which layers attend only as full_attn_idxs
+        path = os.path.join(out, "config.json")
+        c = json.load(open(path))
+        c["full_attn_idxs"] = [i for i, t in enumerate(c.pop("layer_types")) if t == "full_attention"]
+        json.dump(c, open(path, "w"), indent=2)
     if tokenizer:
         for f in ("tokenizer.json", "tokenizer_config.json"):
             if os.path.exists(os.path.join(tokenizer, f)):

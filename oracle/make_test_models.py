@@ -19,7 +19,9 @@ import make_model  # noqa: E402
 MODELS = {"tiny-mha": "bfloat16", "tiny-gqa4": "bfloat16", "tiny-gqa8": "float32", "tiny-gqa2": "float16",
           # engines/llama.cu's family, each awkward in its own way (make_model.py says how)
           "tiny-llama3": "bfloat16", "tiny-llama-bias": "float32", "tiny-llama-dynamic": "bfloat16",
-          "tiny-mistral": "bfloat16", "tiny-qwen2": "float16", "tiny-smollm3": "bfloat16"}
+          "tiny-mistral": "bfloat16", "tiny-qwen2": "float16", "tiny-smollm3": "bfloat16",
+          # engines/lfm2.cu
+          "tiny-lfm2": "bfloat16", "tiny-lfm2-bias": "float32", "tiny-lfm2-moe": "bfloat16", "tiny-lfm2-moe-wide": "float16"}
 PROMPT, GREEDY = 100, 32
 EMBED_STD = 0.5  # logit std ~ sqrt(hidden) x 0.5: peaked enough that greedy steps rarely near-tie
 

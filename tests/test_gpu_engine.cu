@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "host/npy.h"
 #include "test_util.h"
 
@@ -43,6 +45,8 @@ static std::string engine_for(const std::string& dir) {
     std::string cfg = file_text(dir + "/config.json"), engine = "qwen3";
     for (const char* t : {"\"llama\"", "\"mistral\"", "\"qwen2\"", "\"smollm3\""})
         if (cfg.find(std::string("\"model_type\": ") + t) != std::string::npos) engine = "llama";
+    for (const char* t : {"\"lfm2\"", "\"lfm2_moe\""})
+        if (cfg.find(std::string("\"model_type\": ") + t) != std::string::npos) engine = "lfm2";
     return std::string(MONOCU_BUILD_DIR) + "/" + engine;
 }
 
@@ -60,7 +64,7 @@ static double rel_l2(const NpyArray& a, const NpyArray& b) {
 // near-tie sometimes; past such a step the two continuations may legitimately differ).
 constexpr float kClearGap = 0.05f;
 
-TEST_CASE("qwen3 and llama engines match transformers on the tiny test models") {
+TEST_CASE("every engine matches transformers on the tiny test models") {
     std::string root = "tests/data/models";
     std::vector<std::string> models = test_models(root);
     REQUIRE_MESSAGE(!models.empty(), "no test models with dumps under ", root);
@@ -72,6 +76,11 @@ TEST_CASE("qwen3 and llama engines match transformers on the tiny test models") 
         NpyArray ref_ids = npy_read(dir + "/ref/ids.npy"), gaps = npy_read(dir + "/ref/gen_gaps.npy");
         std::string cmd = engine + " -m " + dir + " --ids " + dir + "/prompt_ids.txt --temp 0 -q -c 256 -n " +
                           std::to_string(ref_ids.data.size()) + " --dump-dir " + out.path;
+        // A mixture of experts takes transformers' expert choices for the prompt (a near tie may go either way in
+        // bf16): the taps then measure the arithmetic; the routing kernel has its own test (test_gpu_kernels.cu).
+        bool mixture = false;
+        for (int l = 0; l < 64 && !mixture; l++) mixture = access((dir + strf("/ref/routing_%02d.npy", l)).c_str(), R_OK) == 0;
+        if (mixture) cmd += " --force-routing " + dir + "/ref";
         std::string log;
         REQUIRE_MESSAGE(run_command(cmd, &log) == 0, log);
         std::vector<std::string> taps = {"embed", "final_norm", "logits"};
@@ -227,6 +236,16 @@ TEST_CASE("batch files: one JSON result per line, the same text as -p, bad lines
     CHECK(lines[0].compare(t + 8, expected.size(), expected) == 0);
 }
 
+// A copy of the shipped model (dir/m) whose tokenizer_config.json carries chat template `tmpl`.
+static std::string shipped_model_with_template(const TempDir& dir, const std::string& tmpl) {
+    std::string m = dir / "m", log;
+    REQUIRE(run_command("cp -r models/pycoder-13m " + m, &log) == 0);
+    nlohmann::ordered_json cfg = nlohmann::ordered_json::parse(file_text(m + "/tokenizer_config.json"));
+    cfg["chat_template"] = tmpl;
+    std::ofstream(m + "/tokenizer_config.json") << cfg.dump(2);
+    return m;
+}
+
 // -cnv (runtime/chat_loop.cuh): the shipped model with a chat template added (any Jinja template runs), two turns
 // from stdin, then /exit. The second turn runs only what the KV cache does not hold (-v says how many prompt tokens
 // came from the cache), both replies are printed, and the program ends with status 0.
@@ -234,14 +253,9 @@ TEST_CASE("chat: two turns keep the KV cache, then /exit") {
     std::string engine = std::string(MONOCU_BUILD_DIR) + "/qwen3";
     REQUIRE_MESSAGE(access(engine.c_str(), X_OK) == 0, engine, " not built (run make)");
     TempDir dir;
-    std::string m = dir / "m", log;
-    REQUIRE(run_command("cp -r models/pycoder-13m " + m, &log) == 0);
-    std::string cfg = file_text(m + "/tokenizer_config.json");
-    size_t brace = cfg.find('{');
-    REQUIRE(brace != std::string::npos);
-    cfg.insert(brace + 1, "\n  \"chat_template\": \"{% for m in messages %}# {{ m.role }}\\n{{ m.content }}\\n{% endfor %}"
-                          "{% if add_generation_prompt %}# assistant\\n{% endif %}\",");
-    std::ofstream(m + "/tokenizer_config.json") << cfg;
+    std::string m = shipped_model_with_template(dir, "{% for m in messages %}# {{ m.role }}\n{{ m.content }}\n{% endfor %}"
+                                                     "{% if add_generation_prompt %}# assistant\n{% endif %}"),
+                log;
     std::ofstream(dir / "turns.txt") << "def add(a, b):\nclass Stack:\n/exit\n";
     REQUIRE_MESSAGE(run_command(engine + " -m " + m + " -cnv --temp 0 -n 12 -v < " + (dir / "turns.txt"), &log) == 0, log);
     CHECK(log.find("> ") != std::string::npos);
@@ -253,4 +267,50 @@ TEST_CASE("chat: two turns keep the KV cache, then /exit") {
     size_t open = log.rfind('(', second);
     int reused = std::atoi(log.c_str() + open + 1);
     CHECK_MESSAGE(reused > 5, "second turn reused ", reused, " tokens: ", log);
+}
+
+// Chat replies read apart (tokenizer/chat_reply.h) through the batch file: the shipped model with a template that
+// offers tools (so replies are read as Hermes) and opens <think> for the model, so whatever it writes before a
+// </think> is reasoning. A line's "tools" reach the template (a longer prompt than the same messages without
+// them); --tools gives every line tools; a one-shot -p with --tools runs.
+TEST_CASE("chat replies: tools reach the template, reasoning comes back apart") {
+    std::string engine = std::string(MONOCU_BUILD_DIR) + "/qwen3";
+    REQUIRE_MESSAGE(access(engine.c_str(), X_OK) == 0, engine, " not built (run make)");
+    TempDir dir;
+    std::string m = shipped_model_with_template(dir, "{% if tools %}# tools\n{% for t in tools %}{{ t.function.name }}\n{% endfor %}"
+                                                     "Call one as <tool_call>{json}</tool_call>\n{% endif %}{% for m in messages %}"
+                                                     "# {{ m.role }}\n{{ m.content }}\n{% endfor %}"
+                                                     "{% if add_generation_prompt %}# assistant\n<think>\n{% endif %}"),
+                log;
+    const std::string tools = R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])";
+    std::ofstream(dir / "tools.json") << tools;
+    {
+        std::ofstream in(dir / "in.jsonl");
+        in << R"({"messages": [{"role": "user", "content": "def add(a, b):"}]})" << "\n"
+           << R"({"messages": [{"role": "user", "content": "def add(a, b):"}], "tools": )" << tools << "}\n";
+    }
+    REQUIRE_MESSAGE(run_command(engine + " -m " + m + " --temp 0 -n 16 -i " + (dir / "in.jsonl") + " -o " + (dir / "out.jsonl"), &log) == 0, log);
+    std::ifstream f(dir / "out.jsonl");
+    std::vector<nlohmann::json> out;
+    for (std::string l; std::getline(f, l);) out.push_back(nlohmann::json::parse(l));
+    REQUIRE(out.size() == 2);
+    for (const nlohmann::json& r : out) {
+        CAPTURE(r.dump());
+        REQUIRE(r.contains("text"));
+        std::string text = r["text"], reasoning = r.value("reasoning_content", std::string());
+        size_t close = text.find("</think>");
+        CHECK(reasoning == text.substr(0, close));  // everything before </think>, or all of it
+        CHECK(!r.contains("warnings"));
+    }
+    CHECK(out[1]["prompt_tokens"].get<int>() > out[0]["prompt_tokens"].get<int>());
+    // --tools: line 1 now gets the tools too, so its prompt is line 2's length.
+    REQUIRE_MESSAGE(run_command(engine + " -m " + m + " --temp 0 -n 16 --tools " + (dir / "tools.json") + " -i " + (dir / "in.jsonl") + " -o " +
+                                    (dir / "out2.jsonl"),
+                                &log) == 0,
+                    log);
+    std::ifstream f2(dir / "out2.jsonl");
+    std::string first;
+    REQUIRE(std::getline(f2, first));
+    CHECK(nlohmann::json::parse(first)["prompt_tokens"] == out[1]["prompt_tokens"]);
+    CHECK_MESSAGE(run_command(engine + " -m " + m + " --temp 0 -n 8 -q --tools " + (dir / "tools.json") + " -p 'def add(a, b):'", &log) == 0, log);
 }

@@ -19,7 +19,9 @@
 #include "ops/rmsnorm.cuh"
 #include "ops/qk_prep.cuh"
 #include "ops/rope.cuh"
+#include "ops/moe.cuh"
 #include "ops/sampling.cuh"
+#include "ops/short_conv.cuh"
 #include "ops/swiglu.cuh"
 
 using namespace monocu;
@@ -83,6 +85,160 @@ TEST_CASE("swiglu of interleaved gate/up pairs") {
         ref[i] = g / (1 + std::exp(-g)) * u;
     }
     CHECK_CLOSE(compare(from_bf16(d_h.download()), ref), 5e-3);
+}
+
+// LFM2's gated short convolution against a plain reference: a sequence run as one pass, as passes of uneven
+// sizes (the state carries across), and token by token (decode); with and without bias; L = 1..4; a pass
+// restarting at position 0 ignores a stale state.
+static std::vector<double> short_conv_ref(const std::vector<float>& bcx, int T, const std::vector<float>& w, const std::vector<float>* bias,
+                                          int dim, int L) {
+    std::vector<double> y((size_t)T * dim);
+    for (int t = 0; t < T; t++)
+        for (int d = 0; d < dim; d++) {
+            double acc = bias ? (*bias)[d] : 0.0;
+            for (int k = 0; k < L; k++) {
+                int u = t - (L - 1) + k;
+                if (u >= 0) acc += (double)w[(size_t)d * L + k] * bcx[(size_t)u * 3 * dim + d] * bcx[(size_t)u * 3 * dim + 2 * dim + d];
+            }
+            y[(size_t)t * dim + d] = bcx[(size_t)t * 3 * dim + dim + d] * acc;
+        }
+    return y;
+}
+
+TEST_CASE("short_conv: whole, in uneven passes and token by token, as the reference; the state carries, position 0 resets it") {
+    Rng r(40);
+    for (int L : {1, 2, 3, 4})
+        for (bool with_bias : {false, true}) {
+            CAPTURE(L);
+            CAPTURE(with_bias);
+            const int dim = 200, T = 75;  // dim not a multiple of the block, T not of the token run
+            auto bcx = random_floats((size_t)T * 3 * dim, r, 1.5f);
+            auto w = random_bf16_values((size_t)dim * L, r, 0.5f), bias = random_bf16_values(dim, r, 0.5f);
+            std::vector<double> ref = short_conv_ref(bcx, T, w, with_bias ? &bias : nullptr, dim, L);
+            std::vector<int> pos(T);
+            for (int t = 0; t < T; t++) pos[t] = t;
+            DeviceVec<float> d_bcx(bcx), d_state((size_t)std::max(L - 1, 1) * dim);
+            DeviceVec<bf16> d_w(to_bf16(w)), d_bias(to_bf16(bias)), d_y((size_t)T * dim);
+            DeviceVec<int> d_pos(pos);
+            const bf16* b = with_bias ? d_bias.p : nullptr;
+            for (std::vector<int> passes : {std::vector<int>{T}, std::vector<int>{1, 2, 33, 39}, std::vector<int>(T, 1)}) {
+                CAPTURE(passes.size());
+                d_y.poison();
+                d_state.poison();  // position 0 must not read it
+                int at = 0;
+                for (int n : passes) {
+                    short_conv(d_bcx.p + (size_t)at * 3 * dim, n, d_pos.p + at, d_w.p, b, d_state.p, d_y.p + (size_t)at * dim, dim, L, 0);
+                    at += n;
+                }
+                CHECK_CLOSE(compare(from_bf16(d_y.download()), ref), 5e-3);
+            }
+        }
+}
+
+// Mixture-of-experts routing against a plain reference: sigmoid with a choice bias (LFM2) and softmax (Qwen3-MoE,
+// Mixtral), with and without renormalisation, k not dividing E, E past one warp's 32, and ties broken toward the
+// lower expert index; then the weighted sum of the experts' outputs into the residual.
+TEST_CASE("moe_route and moe_combine: scores, choice bias, top-k with ties to the lower index, weights, the sum") {
+    Rng r(41);
+    for (MoeScore score : {MoeScore::Sigmoid, MoeScore::Softmax})
+        for (int E : {6, 32, 40, 256})
+            for (int k : {1, 3, 4})
+                for (bool norm : {false, true}) {
+                    if (k > E) continue;
+                    CAPTURE(E);
+                    CAPTURE(k);
+                    CAPTURE(norm);
+                    CAPTURE(score == MoeScore::Sigmoid);
+                    const int T = 9;
+                    std::vector<float> logits = random_floats((size_t)T * E, r, 2.f), bias = random_floats(E, r, 0.3f);
+                    for (int t = 0; t < T; t += 2)  // ties: a token whose scores repeat in pairs
+                        for (int e = 1; e < E; e += 2) logits[(size_t)t * E + e] = logits[(size_t)t * E + e - 1];
+                    const bool with_bias = score == MoeScore::Sigmoid;
+                    MoeRouter rt{score, k, norm, norm ? 1e-6f : 0.f, 1.5f};
+                    DeviceVec<float> d_logits(logits), d_bias(bias), d_w((size_t)T * k);
+                    DeviceVec<int> d_idx((size_t)T * k);
+                    moe_route(rt, d_logits.p, with_bias ? d_bias.p : nullptr, T, E, d_idx.p, d_w.p, 0);
+                    std::vector<int> idx = d_idx.download();
+                    std::vector<float> w = d_w.download();
+                    for (int t = 0; t < T; t++) {
+                        std::vector<double> s(E), c(E);
+                        double mx = -1e300, sum = 0;
+                        for (int e = 0; e < E; e++) mx = std::max(mx, (double)logits[(size_t)t * E + e]);
+                        for (int e = 0; e < E; e++) {
+                            double l = logits[(size_t)t * E + e];
+                            s[e] = score == MoeScore::Sigmoid ? 1 / (1 + std::exp(-l)) : std::exp(l - mx);
+                            sum += s[e];
+                        }
+                        for (int e = 0; e < E; e++) {
+                            if (score == MoeScore::Softmax) s[e] /= sum;
+                            c[e] = s[e] + (with_bias ? bias[e] : 0.0);
+                        }
+                        std::vector<int> order(E);
+                        for (int e = 0; e < E; e++) order[e] = e;
+                        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return c[a] > c[b]; });
+                        double total = 0;
+                        for (int j = 0; j < k; j++) total += s[order[j]];
+                        for (int j = 0; j < k; j++) {
+                            CAPTURE(t);
+                            CAPTURE(j);
+                            CHECK(idx[(size_t)t * k + j] == order[j]);
+                            double want = (norm ? s[order[j]] / (total + 1e-6) : s[order[j]]) * 1.5;
+                            CHECK(std::fabs(w[(size_t)t * k + j] - want) <= 1e-5 * std::max(1.0, std::fabs(want)));
+                        }
+                    }
+                }
+    {  // forced choices (--force-routing) for positions below n: those experts, weighted by our own scores
+        const int T = 6, E = 40, k = 3, n = 4;
+        std::vector<float> logits = random_floats((size_t)T * E, r, 2.f);
+        std::vector<int> forced = {39, 0, 17, 5, 6, 7, 33, 32, 1, 2, 20, 38}, pos = {3, 0, 1, 2, 4, 5};
+        DeviceVec<float> d_logits(logits), d_w((size_t)T * k);
+        DeviceVec<int> d_idx((size_t)T * k), d_forced(forced), d_pos(pos);
+        MoeRouter rt{MoeScore::Sigmoid, k, true, 1e-6f, 1.f};
+        moe_route(rt, d_logits.p, nullptr, T, E, d_idx.p, d_w.p, 0, MoeForced{d_forced.p, n, d_pos.p});
+        std::vector<int> idx = d_idx.download();
+        std::vector<float> w = d_w.download();
+        for (int t = 0; t < T; t++) {
+            CAPTURE(t);
+            std::vector<int> want(k);
+            std::vector<double> sc(E);
+            for (int e = 0; e < E; e++) sc[e] = 1 / (1 + std::exp(-(double)logits[(size_t)t * E + e]));
+            if (pos[t] < n) {
+                for (int j = 0; j < k; j++) want[j] = forced[(size_t)pos[t] * k + j];
+            } else {
+                std::vector<int> order(E);
+                for (int e = 0; e < E; e++) order[e] = e;
+                std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return sc[a] > sc[b]; });
+                want.assign(order.begin(), order.begin() + k);
+            }
+            double total = 0;
+            for (int e : want) total += sc[e];
+            for (int j = 0; j < k; j++) {
+                CHECK(idx[(size_t)t * k + j] == want[j]);
+                CHECK(std::fabs(w[(size_t)t * k + j] - sc[want[j]] / (total + 1e-6)) < 1e-5);
+            }
+        }
+    }
+    const int T = 5, k = 3, dim = 300;
+    auto y = random_floats((size_t)T * k * dim, r), x = random_floats((size_t)T * dim, r), w = random_floats((size_t)T * k, r);
+    std::vector<int> rows(T * k);
+    for (int i = 0; i < T * k; i++) rows[i] = (i * 7) % (T * k);  // a permutation (7 and 15 are coprime)
+    for (bool mapped : {false, true}) {
+        CAPTURE(mapped);
+        DeviceVec<float> d_y(y), d_x(x), d_w(w);
+        DeviceVec<int> d_rows(rows);
+        moe_combine(d_y.p, d_w.p, mapped ? d_rows.p : nullptr, T, k, dim, d_x.p, 0);
+        std::vector<double> ref((size_t)T * dim);
+        for (int t = 0; t < T; t++)
+            for (int d = 0; d < dim; d++) {
+                double acc = x[(size_t)t * dim + d];
+                for (int j = 0; j < k; j++) {
+                    size_t row = mapped ? rows[t * k + j] : t * k + j;
+                    acc += (double)w[(size_t)t * k + j] * y[row * dim + d];
+                }
+                ref[(size_t)t * dim + d] = acc;
+            }
+        CHECK_CLOSE(compare(d_x.download(), ref), 1e-5);
+    }
 }
 
 // ---- rope ----

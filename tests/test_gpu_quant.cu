@@ -5,6 +5,7 @@
 #include "ops/gemv.cuh"
 #include "gpu_util.cuh"
 #include "ops/linear.cuh"
+#include "ops/moe.cuh"
 #include "ops/quant.cuh"
 
 using namespace monocu;
@@ -170,6 +171,66 @@ TEST_CASE("FP8 (per channel and 128-blocks) and INT4 GEMV, all input/output mode
             }
         }
     gemv_forced_layout() = GemvLayout{0, 0, 0};
+}
+
+// A bf16 Linear on the device (HostLinear's other formats come from make_linear).
+static HostLinear make_any_linear(WFormat fmt, const std::vector<float>& w, int N, int K) {
+    if (fmt != WFormat::BF16) return make_linear(fmt, w, N, K, fmt == WFormat::FP8 ? 128 : 0);
+    HostLinear h;
+    h.L.N = N, h.L.K = K, h.L.fmt = fmt;
+    h.deq = w;
+    std::vector<bf16> b = to_bf16(w);
+    h.w = std::make_unique<DeviceVec<uint8_t>>(b.size() * 2);
+    CUDA_CHECK(cudaMemcpy(h.w->p, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+    h.L.w = h.w->p;
+    return h;
+}
+
+// The mixture-of-experts GEMVs (GemvExperts): k of E experts in one launch each, the choice read on the device, in
+// every format; each launch row against the CPU dot product of its own expert.
+TEST_CASE("expert GEMVs: gate_up with RMSNorm and SwiGLU, then down, for the experts idx picks, every format") {
+    Rng r(17);
+    const int E = 5, f = 128, dim = 256, k = 3;
+    const std::vector<int> idx = {4, 0, 2};
+    for (WFormat fmt : {WFormat::BF16, WFormat::FP8, WFormat::INT4}) {
+        CAPTURE(wformat_name(fmt));
+        std::vector<HostLinear> gu, dn;
+        std::vector<const void*> tab[4];
+        for (int e = 0; e < E; e++) {
+            gu.push_back(make_any_linear(fmt, random_bf16_values((size_t)2 * f * dim, r, 0.05f), 2 * f, dim));
+            dn.push_back(make_any_linear(fmt, random_bf16_values((size_t)dim * f, r, 0.05f), dim, f));
+            tab[0].push_back(gu.back().L.w), tab[1].push_back(gu.back().L.scale), tab[2].push_back(dn.back().L.w), tab[3].push_back(dn.back().L.scale);
+        }
+        DeviceVec<const void*> d_tab0(tab[0]), d_tab1(tab[1]), d_tab2(tab[2]), d_tab3(tab[3]);
+        DeviceVec<int> d_idx(idx);
+        auto xf = random_floats(dim, r, 2.f);
+        auto nw = random_bf16_values(dim, r);
+        double ss = 0;
+        for (float v : xf) ss += (double)v * v;
+        double inv = 1 / std::sqrt(ss / dim + 1e-6);
+        std::vector<float> normed(dim);
+        for (int i = 0; i < dim; i++) normed[i] = round_to_bf16((float)(xf[i] * inv * nw[i]));
+        DeviceVec<float> d_xf(xf);
+        DeviceVec<bf16> d_nw(to_bf16(nw)), d_h((size_t)k * f);
+        DeviceVec<float> d_y((size_t)k * dim);
+        const bool a8 = fmt == WFormat::INT4;
+        gemv_experts_rmsnorm_swiglu(gu[0].L, GemvExperts{d_idx.p, d_tab0.p, d_tab1.p, k}, d_xf.p, d_nw.p, 1e-6f, d_h.p, 0);
+        std::vector<float> h = from_bf16(d_h.download());
+        std::vector<double> ref_h;
+        for (int j = 0; j < k; j++) {
+            auto g = dot_ref(gu[idx[j]].deq, a8 ? as_int8_per_32(normed) : normed, 2 * f, dim);
+            for (int i = 0; i < f; i++) ref_h.push_back(g[2 * i] / (1 + std::exp(-g[2 * i])) * g[2 * i + 1]);
+        }
+        CHECK_CLOSE(compare(h, ref_h), 8e-3);
+        gemv_experts(dn[0].L, GemvExperts{d_idx.p, d_tab2.p, d_tab3.p, k}, d_h.p, d_y.p, 0);
+        std::vector<double> ref_y;
+        for (int j = 0; j < k; j++) {
+            std::vector<float> hj(h.begin() + (size_t)j * f, h.begin() + (size_t)(j + 1) * f);
+            auto y = dot_ref(dn[idx[j]].deq, a8 ? as_int8_per_32(hj) : hj, dim, f);
+            ref_y.insert(ref_y.end(), y.begin(), y.end());
+        }
+        CHECK_CLOSE(compare(d_y.download(), ref_y), 3e-3);
+    }
 }
 
 TEST_CASE("dequant_to_bf16 gives back the quantized values, for the prefill GEMM") {

@@ -171,6 +171,40 @@ TEST_CASE("an engine refuses bad inputs in one line before it looks for a GPU") 
     }
 }
 
+// engines/lfm2.cu's own config rules, each one line before any GPU work, on copies of the tiny committed models.
+TEST_CASE("the lfm2 engine refuses configs it cannot run, in one line") {
+    const std::string e = MONOCU_ENGINE_DIR "/lfm2";
+    if (!built(e)) {
+        MESSAGE("skipped: " << e << " not built");
+        return;
+    }
+    std::string log;
+    TempDir dir;
+    auto with_config = [&](const std::string& model, const std::string& from, const std::string& to) {
+        std::string m = dir / ("m" + std::to_string(std::rand()));
+        REQUIRE(run_command("mkdir " + m + " && ln -s $PWD/tests/data/models/" + model + "/* " + m + " && rm " + m + "/config.json", &log) == 0);
+        std::string cfg = slurp("tests/data/models/" + model + "/config.json");
+        size_t at = cfg.find(from);
+        REQUIRE(at != std::string::npos);
+        cfg.replace(at, from.size(), to);
+        std::ofstream(m + "/config.json") << cfg;
+        return m;
+    };
+    auto refused = [&](const std::string& m, const std::string& line) {
+        CHECK(run_command("timeout 60 " + e + " -m " + m + " --ids " + m + "/prompt_ids.txt", &log) == 1);
+        CHECK(log == "error: " + m + "/config.json: " + line + "\n");
+    };
+    std::string m = with_config("tiny-lfm2", "\"conv\",\n    \"full_attention\",\n    \"full_attention\",\n    \"conv\",\n    \"full_attention\"",
+                    "\"conv\",\n    \"conv\",\n    \"conv\",\n    \"conv\",\n    \"conv\"");
+    refused(m, "no layer is full_attention (transformers' LFM2 needs at least one)");
+    refused(with_config("tiny-lfm2", "\"conv\",\n    \"full_attention\",\n    \"full_attention\"", "\"mamba\",\n    \"full_attention\",\n    \"full_attention\""),
+            "layer_types[0] 'mamba' is not supported (full_attention, conv)");
+    refused(with_config("tiny-lfm2-bias", "\"conv_L_cache\": 4", "\"conv_L_cache\": 9"), "'conv_L_cache' = 9 is not supported (1..8)");
+    refused(with_config("tiny-lfm2-bias", "\"full_attn_idxs\": [\n    0,", "\"full_attn_idxs\": [\n    7,"), "full_attn_idxs holds 7; there are 4 layers");
+    refused(with_config("tiny-lfm2-moe", "\"num_experts_per_tok\": 4", "\"num_experts_per_tok\": 7"), "'num_experts_per_tok' = 7 is not supported (1..6)");
+    refused(with_config("tiny-lfm2-moe", "\"num_dense_layers\": 1", "\"num_dense_layers\": 5"), "'num_dense_layers' = 5 for 4 layers");
+}
+
 // tokenize --reply: a model's output split by the checkpoint's (here a template's) tool-call format.
 TEST_CASE("tokenize --reply splits an output into content, reasoning and tool calls") {
     const std::string tk = MONOCU_HOST_BUILD_DIR "/tools/tokenize";

@@ -2,7 +2,8 @@
 //
 //   build/tools/quantize IN_DIR OUT_DIR --dtype fp8|int4 [--lm-head fp8|bf16] [--calib DIR[,DIR...] [--damp 0.01]]
 //
-// Every projection (q/k/v/o/gate/up/down_proj) becomes, under its own name:
+// Every projection (q/k/v/o/gate/up/down_proj; LFM2's in_proj, out_proj and w1/w2/w3, its experts' too; not a
+// mixture's router, which the engines keep bf16) becomes, under its own name:
 //   fp8:  P.weight F8_E4M3 [N][K] + P.weight_scale F32 [N][K/128]   (per 128 inputs of a row, s = max|w| / 448)
 //   int4: P.qweight U8 [N][K/2] + P.scales BF16 [N][K/128]           (symmetric groups of 128; quant.h)
 // The output projection follows the engines' quantize-on-load: left bf16 with --dtype fp8 (as Qwen's FP8
@@ -68,7 +69,7 @@ static void parallel_rows(int64_t rows, const std::function<void(int64_t)>& fn) 
 }
 
 static bool is_projection(const std::string& name) {
-    for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+    for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "in_proj", "out_proj", "w1", "w2", "w3"})
         if (name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0 && name.find(std::string(".") + p + ".") != std::string::npos)
             return true;
     return false;
@@ -185,10 +186,17 @@ static std::string calib_input_name(const std::string& tensor) {
     size_t at = tensor.find("layers.");
     if (at == std::string::npos) die("--calib: cannot tell the layer of tensor '%s'", tensor.c_str());
     int layer = std::atoi(tensor.c_str() + at + 7);
-    const char* input = tensor.find("q_proj") != std::string::npos || tensor.find("k_proj") != std::string::npos ||
-                                tensor.find("v_proj") != std::string::npos ? "attn_in"
-                        : tensor.find("o_proj") != std::string::npos ? "o_in"
-                        : tensor.find("down_proj") != std::string::npos ? "down_in" : "mlp_in";
+    auto has = [&](const char* p) { return tensor.find(std::string(".") + p + ".") != std::string::npos; };
+    if (has("experts")) die("--calib: tensor '%s' is an expert's; GPTQ of a mixture's experts is not supported", tensor.c_str());
+    // The names the engines' --dump-inputs give each projection's input (ops/linear.cuh's LinearPlan).
+    const char* input = has("q_proj") || has("k_proj") || has("v_proj") ? "attn_in"
+                        : has("o_proj")                                ? "o_in"
+                        : has("down_proj")                             ? "down_in"
+                        : has("in_proj")                               ? "in_proj_in"
+                        : has("out_proj")                              ? "out_proj_in"
+                        : has("w1") || has("w3")                       ? "w1+w3_in"
+                        : has("w2")                                    ? "w2_in"
+                                                                       : "mlp_in";
     return strf("layer_%02d_%s", layer, input);
 }
 

@@ -49,6 +49,7 @@ struct Options {
     std::string kv_type = "bf16";  // --kv-type: KV-cache format
     std::string dump_dir;      // --dump-dir: float32 .npy per tap for the prompt positions
     bool dump_inputs = false;  // --dump-inputs: with --dump-dir, also every projection's input (tools/quantize --calib)
+    std::string force_routing; // --force-routing: a mixture's expert choices from DIR/routing_NN.npy (oracle/dump.py)
     bool bench = false;        // --bench: random prompt of --n-prompt tokens, then -n decoded
     std::vector<int> n_prompt = {512};  // --n-prompt: prompt length(s) for --bench, e.g. 512,4096,16384
     std::string trace_file;    // --trace: per-token timings as CSV
@@ -96,7 +97,8 @@ inline void print_usage(FILE* out, const char* engine) {
                  "      --dump-dir DIR     write float32 .npy activations for the prompt positions (oracle taps)\n"
                  "      --dump-inputs      with --dump-dir: also each layer's projection inputs (calibration for\n"
                  "                         tools/quantize --calib)\n"
-                 "      --bench            benchmark: --n-prompt random tokens, then -n decoded (default 128)\n"
+                 "      --force-routing DIR  a mixture-of-experts model takes its expert choices for the prompt positions\n"
+                 "                         from DIR/routing_NN.npy (oracle/dump.py's), to check its math apart from near ties\n"                 "      --bench            benchmark: --n-prompt random tokens, then -n decoded (default 128)\n"
                  "      --n-prompt N[,N..] prompt length(s) for --bench (default 512), e.g. 512,4096,16384\n"
                  "      --no-cuda-graphs   launch the decode step kernel by kernel\n"
                  "      --no-pdl           do not let a kernel start before the previous one ends (Hopper+)\n"
@@ -191,6 +193,7 @@ inline Options parse_cli(int argc, char** argv) {
         else if (a == "--dtype") { o.dtype = parse_choice(a, value(), {"bf16", "fp8", "int4"}); o.dtype_set = true; }
         else if (a == "--kv-type") o.kv_type = parse_choice(a, value(), {"bf16", "fp8"});
         else if (a == "--dump-dir") o.dump_dir = value();
+        else if (a == "--force-routing") o.force_routing = value();
         else if (a == "--dump-inputs") o.dump_inputs = true;
         else if (a == "--bench") o.bench = true;
         else if (a == "--n-prompt") o.n_prompt = parse_int_list(a, value(), 1, kIntMax);

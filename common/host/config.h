@@ -12,6 +12,7 @@
 //   num_key_value_heads  = num_attention_heads when absent or null
 //   rope_theta           = rope_parameters.rope_theta (transformers 5) or rope_theta (4.x), default 10000
 //   rope_type            = rope_parameters.rope_type, or rope_scaling.rope_type / .type, default "default"
+//   rms_norm_eps         = norm_eps where a family names it so (LFM2)
 //   sliding_window       = 0 unless use_sliding_window (Qwen2/3) or the family has no such switch
 //   layer_types          = from the file, else "sliding_attention" for layers >= max_window_layers when a
 //                          window is in use, else "full_attention"
@@ -218,8 +219,9 @@ inline ModelConfig parse_model_config(const std::string& p, const nlohmann::json
         die("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", p.c_str(), c.num_attention_heads,
             c.num_key_value_heads);
     c.max_position_embeddings = config_positive_int(p, f, d, "max_position_embeddings");
-    c.rms_norm_eps = json_as_double(p, "rms_norm_eps", config_require(p, f, d, "rms_norm_eps"));
-    if (!(c.rms_norm_eps > 0)) die("%s: 'rms_norm_eps' must be positive", p.c_str());
+    const char* eps_key = config_lookup(f, d, "rms_norm_eps") || !config_lookup(f, d, "norm_eps") ? "rms_norm_eps" : "norm_eps";  // LFM2's name
+    c.rms_norm_eps = json_as_double(p, eps_key, config_require(p, f, d, eps_key));
+    if (!(c.rms_norm_eps > 0)) die("%s: '%s' must be positive", p.c_str(), eps_key);
     if (const nlohmann::json* v = config_lookup(f, d, "tie_word_embeddings")) c.tie_word_embeddings = json_as_bool(p, "tie_word_embeddings", *v);
     if (const nlohmann::json* v = config_lookup(f, d, "attention_bias")) c.attention_bias = json_as_bool(p, "attention_bias", *v);
     if (const nlohmann::json* v = config_lookup(f, d, "hidden_act")) c.hidden_act = json_as_string(p, "hidden_act", *v);

@@ -46,6 +46,15 @@ inline const ModelType* model_types(size_t* n) {
           "num_attention_heads": 16, "num_key_value_heads": 4, "hidden_act": "silu", "max_position_embeddings": 32768,
           "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "use_sliding_window": false, "attention_bias": false,
           "mlp_bias": false, "no_rope_layer_interval": 4, "rope_theta": 2000000.0})"},
+        {"lfm2", "lfm2", R"({"vocab_size": 65536, "hidden_size": 2560, "intermediate_size": 12288, "num_hidden_layers": 32,
+          "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_act": "silu", "max_position_embeddings": 128000,
+          "norm_eps": 1e-5, "tie_word_embeddings": true, "rope_theta": 1000000.0, "conv_bias": false, "conv_L_cache": 3,
+          "block_multiple_of": 256, "block_ffn_dim_multiplier": 1.0, "block_auto_adjust_ff_dim": true})"},
+        {"lfm2_moe", "lfm2", R"({"vocab_size": 65536, "hidden_size": 2048, "intermediate_size": 7168, "moe_intermediate_size": 1792,
+          "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_act": "silu",
+          "max_position_embeddings": 128000, "norm_eps": 1e-5, "tie_word_embeddings": true, "rope_theta": 1000000.0,
+          "conv_bias": false, "conv_L_cache": 3, "num_dense_layers": 2, "num_experts_per_tok": 4, "num_experts": 32,
+          "use_expert_bias": true, "routed_scaling_factor": 1.0, "norm_topk_prob": true})"},
     };
     *n = sizeof(kTypes) / sizeof(kTypes[0]);
     return kTypes;

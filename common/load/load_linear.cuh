@@ -20,6 +20,7 @@
 // stacking and interleaving of the parts a plain row permutation.
 #pragma once
 
+#include <array>
 #include <deque>
 #include <string>
 #include <vector>
@@ -264,6 +265,42 @@ inline Linear load_lm_head(const Checkpoint& ck, const std::string& config_path,
         return h;
     }
     return load_linear(ck, {{has_head ? "lm_head" : "model.embed_tokens"}, {vocab}}, dim, fmt, mem, s);
+}
+
+}  // namespace monocu
+
+namespace monocu {
+
+// A mixture's experts: each expert's gate_proj and up_proj (interleaved) and down_proj, as load_linear loads any
+// projection (every source format, quantized on load), and device tables of their weight and scale pointers for
+// the batch-1 expert GEMV (ops/gemv.cuh's GemvExperts). `names(e)` gives expert e's {gate, up, down} prefixes.
+struct ExpertLinears {
+    std::vector<Linear> gate_up, down;  // [E]: [2 f][dim] (2i gate, 2i+1 up), [dim][f]
+    const void** gate_up_w = nullptr;   // device [E] tables
+    const void** gate_up_scale = nullptr;
+    const void** down_w = nullptr;
+    const void** down_scale = nullptr;
+    size_t expert_bytes() const { return gate_up[0].bytes() + down[0].bytes(); }  // what one expert's GEMVs read
+};
+
+template <class Names>
+inline ExpertLinears load_experts(const Checkpoint& ck, int E, int ffn, int dim, Names names, WFormat fmt, GpuMemory& mem, cudaStream_t s) {
+    ExpertLinears x;
+    std::vector<const void*> tab[4];
+    for (int e = 0; e < E; e++) {
+        std::array<std::string, 3> n = names(e);
+        x.gate_up.push_back(load_linear(ck, {{n[0], n[1]}, {ffn, ffn}, true, false}, dim, fmt, mem, s));
+        x.down.push_back(load_linear(ck, {{n[2]}, {dim}, false, false}, ffn, fmt, mem, s));
+        tab[0].push_back(x.gate_up.back().w), tab[1].push_back(x.gate_up.back().scale);
+        tab[2].push_back(x.down.back().w), tab[3].push_back(x.down.back().scale);
+    }
+    const void*** dst[4] = {&x.gate_up_w, &x.gate_up_scale, &x.down_w, &x.down_scale};
+    for (int t = 0; t < 4; t++) {
+        *dst[t] = const_cast<const void**>(mem.alloc<const void*>(E, "weights"));
+        CUDA_CHECK(cudaMemcpyAsync(*dst[t], tab[t].data(), E * sizeof(void*), cudaMemcpyHostToDevice, s));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(s));  // the tables live on this stack frame
+    return x;
 }
 
 }  // namespace monocu

@@ -6,7 +6,11 @@
 //   bf16* norm = load_vector(ck, "model.norm.weight", dim, mem, stream);   // allocate, check the shape, upload
 #pragma once
 
+#include <cstring>
+#include <vector>
+
 #include "gpu/memory.cuh"
+#include "host/bf16.h"
 #include "host/safetensors.h"
 #include "load/host_upload.cuh"
 
@@ -49,6 +53,30 @@ inline void upload_bf16(const TensorView& t, bf16* dst, size_t dst_pitch, cudaSt
     CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch * 2, conv, cols * 2, cols * 2, rows, cudaMemcpyDeviceToDevice, stream));
     CUDA_CHECK(cudaFreeAsync(raw, stream));
     CUDA_CHECK(cudaFreeAsync(conv, stream));
+}
+
+// A 1-D tensor of n elements kept in fp32 on the GPU (LFM2's expert_bias, which transformers keeps in float32),
+// from an F32, BF16 or F16 tensor.
+inline float* load_vector_f32(const Checkpoint& ck, const std::string& name, int n, GpuMemory& mem, cudaStream_t s) {
+    const TensorView& t = ck.get(name, {n});
+    std::vector<float> v(n);
+    for (int i = 0; i < n; i++) {
+        if (t.dtype == DType::F32) std::memcpy(&v[i], t.data + 4 * (size_t)i, 4);
+        else if (t.dtype == DType::BF16) v[i] = bf16_bits_to_float(reinterpret_cast<const uint16_t*>(t.data)[i]);
+        else if (t.dtype == DType::F16) v[i] = f16_bits_to_float(reinterpret_cast<const uint16_t*>(t.data)[i]);
+        else die("%s: tensor '%s' has dtype %s; expected F32, BF16 or F16", t.file.c_str(), name.c_str(), dtype_name(t.dtype));
+    }
+    float* d = mem.alloc<float>(n, "weights");
+    CUDA_CHECK(cudaMemcpyAsync(d, v.data(), (size_t)n * 4, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));  // v lives on this stack frame
+    return d;
+}
+
+// model.embed_tokens.weight [vocab][dim] as bf16 (every decoder's token embedding; a tied lm_head reads it too).
+inline bf16* load_embedding(const Checkpoint& ck, int vocab, int dim, GpuMemory& mem, cudaStream_t s) {
+    bf16* e = mem.alloc<bf16>((size_t)vocab * dim, "weights");
+    upload_bf16(ck.get("model.embed_tokens.weight", {vocab, dim}), e, dim, s);
+    return e;
 }
 
 // A 1-D tensor of n elements (a norm's weight, a bias) in its own bf16 allocation, shape checked.

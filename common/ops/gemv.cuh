@@ -92,6 +92,19 @@ struct L2Prefetch {
     bool after_wait = false;
 };
 
+// A mixture of experts' batch-1 GEMV: k of E experts' projections, all of one shape and format, in one launch
+// (blockIdx.y = j, the j-th expert chosen for the token). The router's choice is read on the device, so the
+// launch is captured in the decode graph like any other. Expert e's weights and scales are at w[e], scale[e];
+// the j-th launch row reads its input x + j x_stride (bytes: each expert its own row of h, or 0: the same x)
+// and writes y + j y_stride (elements).
+struct GemvExperts {
+    const int* idx = nullptr;             // device [k]: the chosen experts (null: an ordinary GEMV)
+    const void* const* w = nullptr;       // device [E]
+    const void* const* scale = nullptr;   // device [E] (quantized formats)
+    int k = 1;
+    size_t x_stride = 0, y_stride = 0;
+};
+
 // The start of next's weights, up to kL2AheadBytes. Why: a decode step leaves HBM idle at the seams of its
 // kernels (a GEMV's last blocks, the wait for x, the attention); weights fetched into L2 there are read
 // from L2 by the next projection. Measured in the engine's step (kb/log.md, fifth session): o_proj
@@ -390,11 +403,20 @@ __host__ __device__ constexpr int gemv_row_groups(int N, int R, int KS, int W) {
 template <class F, GemvInput IN, GemvOutput OUT, int R>
 __global__ void __launch_bounds__(gemv_warps<F>(R) * 32)
     gemv_kernel(Linear L, const void* __restrict__ x_in, const bf16* __restrict__ norm_w, float eps, float* __restrict__ y,
-                bf16* __restrict__ y_bf16, int S, int KS, L2Prefetch pf) {
+                bf16* __restrict__ y_bf16, int S, int KS, L2Prefetch pf, GemvExperts ex) {
     constexpr int U = kGemvLoadsInFlight / R;  // R rows per warp, U chunks of each per batch
     constexpr int W = gemv_warps<F>(R);
     TRACE_BEGIN();
     extern __shared__ __align__(16) unsigned char gemv_smem[];
+    if (ex.idx) {  // this launch row's expert: known once the router's kernel is done
+        pdl_wait();
+        const int j = blockIdx.y, e = ex.idx[j];
+        L.w = const_cast<void*>(ex.w[e]);
+        if (ex.scale) L.scale = const_cast<void*>(ex.scale[e]);
+        x_in = static_cast<const uint8_t*>(x_in) + j * ex.x_stride;
+        if (y) y += j * ex.y_stride;
+        if (y_bf16) y_bf16 += j * ex.y_stride;
+    }
     const int N = L.N, K = L.K;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = warp / KS, slice = warp % KS;
     const int part = blockIdx.x % S;
@@ -620,7 +642,7 @@ inline int gemv_resident_grid(Kernel kernel, size_t smem, int groups, int warps)
 
 template <class F, GemvInput IN, GemvOutput OUT, int R>
 inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16, GemvLayout lay,
-                             L2Prefetch pf, cudaStream_t stream) {
+                             L2Prefetch pf, const GemvExperts& ex, cudaStream_t stream) {
     static bool raised = false;  // one attribute call per instantiation, before any graph capture (eager warm-up)
     if (!raised) {
         CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<F, IN, OUT, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kGemvMaxSmem));
@@ -635,7 +657,7 @@ inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w,
     cudaLaunchConfig_t cfg = {};
     int groups = gemv_row_groups(L.N, R, KS, W), grid = groups * S;
     if (gemv_loops<OUT, R>() && S == 1) grid = gemv_resident_grid(gemv_kernel<F, IN, OUT, R>, smem, groups, W);
-    cfg.gridDim = dim3(grid);
+    cfg.gridDim = dim3(grid, ex.idx ? ex.k : 1);
     cfg.blockDim = dim3(W * 32);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
@@ -648,34 +670,34 @@ inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w,
     }
     cfg.attrs = attr;
     cfg.numAttrs = add_pdl_attribute(attr, n_attr);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<F, IN, OUT, R>, L, x, norm_w, eps, y, y_bf16, S, KS, pf));
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<F, IN, OUT, R>, L, x, norm_w, eps, y, y_bf16, S, KS, pf, ex));
 }
 
 template <class F, GemvInput IN, GemvOutput OUT>
 inline void gemv_launch_format(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16,
-                               L2Prefetch pf, cudaStream_t stream) {
-    GemvLayout lay = gemv_layout<F>(L.N, L.K);
+                               L2Prefetch pf, const GemvExperts& ex, cudaStream_t stream) {
+    GemvLayout lay = gemv_layout<F>(L.N * (ex.idx ? ex.k : 1), L.K);  // the k experts' rows share the GPU
     if constexpr (F::kWideRows == 4) {
-        if (lay.R == 4) return gemv_launch_rows<F, IN, OUT, 4>(L, x, norm_w, eps, y, y_bf16, lay, pf, stream);
+        if (lay.R == 4) return gemv_launch_rows<F, IN, OUT, 4>(L, x, norm_w, eps, y, y_bf16, lay, pf, ex, stream);
     }
-    gemv_launch_rows<F, IN, OUT, 2>(L, x, norm_w, eps, y, y_bf16, lay, pf, stream);
+    gemv_launch_rows<F, IN, OUT, 2>(L, x, norm_w, eps, y, y_bf16, lay, pf, ex, stream);
 }
 
 template <GemvInput IN, GemvOutput OUT>
 inline void gemv_launch(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16, cudaStream_t stream,
-                        L2Prefetch pf = {}) {
+                        L2Prefetch pf = {}, const GemvExperts& ex = {}) {
     if (L.K % 8 != 0) die("gemv: K = %d must be a multiple of 8 (16-byte rows)", L.K);
     if (norm_w && reinterpret_cast<uintptr_t>(norm_w) % 16 != 0) die("gemv: the norm weights must be 16-byte aligned");
     if ((reinterpret_cast<uintptr_t>(L.w) | reinterpret_cast<uintptr_t>(x)) % 16 != 0) die("gemv: W and x must be 16-byte aligned");
     if (OUT == GemvOutput::SWIGLU_BF16 && L.N % 2 != 0) die("gemv: swiglu needs an even number of rows, got %d", L.N);
-    if (L.fmt == WFormat::BF16) return gemv_launch_format<Bf16Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, pf, stream);
+    if (L.fmt == WFormat::BF16) return gemv_launch_format<Bf16Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, pf, ex, stream);
     if (L.fmt == WFormat::FP8) {
         if (L.K % 16 != 0 || L.kblock <= 0 || L.K % L.kblock != 0 || L.kblock % 16 != 0)
             die("gemv: fp8 needs K %% 16 == 0 and K %% kblock == 0 (K %d, kblock %d)", L.K, L.kblock);
-        return gemv_launch_format<Fp8Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, pf, stream);
+        return gemv_launch_format<Fp8Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, pf, ex, stream);
     }
     if (L.K % kInt4Group != 0) die("gemv: int4 needs K %% 128 == 0, got %d", L.K);
-    gemv_launch_format<Int4Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, pf, stream);
+    gemv_launch_format<Int4Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, pf, ex, stream);
 }
 
 inline void gemv(const Linear& L, const bf16* x, float* y, cudaStream_t s) {
@@ -690,6 +712,18 @@ inline void gemv_rmsnorm(const Linear& L, const float* x, const bf16* norm_w, fl
 inline void gemv_rmsnorm_swiglu(const Linear& L, const float* x, const bf16* norm_w, float eps, bf16* h, cudaStream_t s,
                                 L2Prefetch pf = {}) {
     gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::SWIGLU_BF16>(L, x, norm_w, eps, nullptr, h, s, pf);
+}
+// Mixture of experts (GemvExperts): L is any one expert's projection (its shape, format and kblock).
+//   h[j] = silu(gate) * up of expert idx[j] on rmsnorm(x)         h bf16 [k][N / 2]
+inline void gemv_experts_rmsnorm_swiglu(const Linear& L, GemvExperts ex, const float* x, const bf16* norm_w, float eps, bf16* h,
+                                        cudaStream_t s) {
+    ex.x_stride = 0, ex.y_stride = (size_t)L.N / 2;
+    gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::SWIGLU_BF16>(L, x, norm_w, eps, nullptr, h, s, {}, ex);
+}
+//   y[j] = W_idx[j] h[j]                                           h bf16 [k][K], y float [k][N]
+inline void gemv_experts(const Linear& L, GemvExperts ex, const bf16* h, float* y, cudaStream_t s) {
+    ex.x_stride = (size_t)L.K * 2, ex.y_stride = (size_t)L.N;
+    gemv_launch<GemvInput::BF16, GemvOutput::STORE_F32>(L, h, nullptr, 0.f, y, nullptr, s, {}, ex);
 }
 
 }  // namespace monocu

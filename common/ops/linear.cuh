@@ -127,6 +127,11 @@ struct LinearPlan {
         order.push_back(h), head_ = h;
     }
 
+    // A projection called outside the order (a mixture's experts: which run depends on the router): only its size
+    // counts, for the prefill buffers.
+    void extra(const Linear* L) { extras.push_back(L); }
+    std::vector<const Linear*> extras;
+
     const Entry* find(const Linear& L) const {
         auto it = at.find(&L);
         return it == at.end() ? nullptr : &it->second;
@@ -168,7 +173,9 @@ struct Linears {
 // every row's logits).
 inline void linears_alloc(Linears& lin, int T_max, bool dumping, GpuMemory& mem) {
     size_t k_max = 0, n_max = 0, deq = 0, deq_layer = 0;
-    for (const Linear* L : lin.plan.order) {
+    std::vector<const Linear*> all = lin.plan.order;
+    all.insert(all.end(), lin.plan.extras.begin(), lin.plan.extras.end());
+    for (const Linear* L : all) {
         bool head = L == lin.plan.head_;
         if (!head) k_max = std::max(k_max, (size_t)L->K), n_max = std::max(n_max, (size_t)L->N);
         if (L->fmt == WFormat::BF16 || (head && !dumping)) continue;

@@ -3,6 +3,7 @@
 //
 // Usage:
 //   DecoderActivations s = decoder_activations(rt, dim, q_dim, kv_dim, ffn, vocab);   // in an engine's alloc()
+//   return decoder_logits(rt, s, b, final_norm, lm_head, dim, vocab, eps, stream);   // the end of its forward()
 //
 // The KV cache is not here: it is the kit's (rt.attn, attention_layer.cuh), addressed by sequence.
 #pragma once
@@ -25,6 +26,16 @@ inline DecoderActivations decoder_activations(Runtime& rt, int dim, int q_dim, i
     s.x = rt.rows<float>(dim), s.qkv = rt.rows<float>(q_dim + 2 * kv_dim), s.att = rt.rows<bf16>(q_dim);
     s.h = rt.rows<bf16>(ffn), s.xn = rt.rows<bf16>(dim), s.logits = rt.logit_rows(vocab);
     return s;
+}
+
+// logits = lm_head(rmsnorm(x)) for the batch's last n_out rows (the final_norm and logits taps with them).
+inline const float* decoder_logits(Runtime& rt, DecoderActivations& s, const Batch& b, const bf16* final_norm, const Linear& lm_head, int dim,
+                                   int vocab, float eps, cudaStream_t st) {
+    rmsnorm(s.x + (size_t)(b.n_tokens - b.n_out) * dim, final_norm, s.xn, b.n_out, dim, eps, st);
+    rt.taps.bf16("final_norm", s.xn, b.n_out, dim, st);
+    linear(lm_head, s.xn, s.logits, b.n_out, rt.lin, st);
+    rt.taps.f32("logits", s.logits, b.n_out, vocab, st);
+    return s.logits;
 }
 
 }  // namespace monocu

@@ -180,6 +180,7 @@ public:
         size_t reuse = 0;
         while (reuse < cached_.size() && reuse < prompt.size() && cached_[reuse] == prompt[reuse]) reuse++;
         if (reuse == prompt.size()) reuse--;  // the last prompt token runs again: its logits choose the first token
+        if (!m_.info().rewindable && reuse != cached_.size()) reuse = 0;  // a running state cannot go back: start over
         r.prompt_tokens = (int)prompt.size(), r.reused = (int)reuse;
         double t0 = wall_ms();
         prefill(prompt, (int)reuse);

@@ -131,6 +131,7 @@ int engine_main(int argc, char** argv) {
         rt.ctx = context_size(o, info);
         rt.max_tokens = o.ubatch;
         rt.taps = Taps(o.dump_dir, o.dump_inputs);
+        rt.force_routing = o.force_routing;
         if (rt.taps.inputs)  // --dump-inputs: every planned projection's input, as its GEMM reads it
             rt.lin.on_input = [&rt](const std::string& name, const bf16* x, int rows, int cols, cudaStream_t s) { rt.taps.bf16(name, x, rows, cols, s); };
         upload_begin(ck.total_bytes());  // pinned staging for big checkpoints (host_upload.cuh)
@@ -138,7 +139,7 @@ int engine_main(int argc, char** argv) {
         if (std::vector<std::string> unused = ck.unused(); !unused.empty())  // what the engine did not bind
             std::fprintf(stderr, "warning: %s: %zu tensors are not used by %s, e.g. '%s'\n", o.model.c_str(), unused.size(), M::kName,
                          unused[0].c_str());
-        rt.attn = attention_create(m.attn_spec(), o.kv_type == "fp8" ? KvType::FP8 : KvType::BF16, rt.ctx, 1, rt.max_tokens,
+        rt.attn = attention_create(m.attn_spec(), o.kv_type == "fp8" ? KvType::FP8 : KvType::BF16, rt.ctx, rt.slots, rt.max_tokens,
                                    o.kv_prefill_cache, rt.mem);
         linears_alloc(rt.lin, rt.max_tokens, !o.dump_dir.empty(), rt.mem);
         m.alloc(rt);

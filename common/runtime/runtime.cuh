@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gpu/memory.cuh"
+#include "host/config.h"
 #include "ops/linear.cuh"
 #include "runtime/attention_layer.cuh"
 #include "runtime/batch.cuh"
@@ -34,10 +35,23 @@ struct ModelInfo {
     size_t unread_bytes = 0;         // weights a decode step does not read: the embedding table but one row,
                                      // unless the output projection shares (and so reads) it
     std::string summary;             // one line for -v and --bench: layers, dims
+    bool rewindable = true;          // a sequence's state is its KV rows alone, so a cached prefix can be cut short
+                                     // anywhere; false when it also holds a running state (LFM2's conv layers), which
+                                     // only moves forward: a new prompt then reuses the cache only if it extends it
     // Filled by the runner after load (model_stats):
     size_t decode_bytes = 0;         // bytes one decode step reads besides the KV cache: every weight but unread_bytes
     double matmul_params = 0;        // weights a prefill token multiplies with: the planned projections but the head
+    double extra_matmul_params = 0;  // ... and those outside the plan it meets (a mixture's k experts), set by the engine
 };
+
+// The fields every decoder fills alike: vocabulary, context limit and end ids from config.json, and the embedding
+// rows a decode step does not read (all but one, unless the output projection shares the table: head_reads_embedding).
+inline ModelInfo decoder_info(int vocab, int dim, const ModelConfig& hf, bool head_reads_embedding) {
+    ModelInfo i;
+    i.vocab = vocab, i.max_position = hf.max_position_embeddings, i.eos_ids = hf.eos_token_ids;
+    i.unread_bytes = head_reads_embedding ? 0 : (size_t)(vocab - 1) * dim * 2;
+    return i;
+}
 
 // What the runner lends an engine: memory, stream, the shared projection scratch, the attention state, taps.
 struct Runtime {
@@ -46,9 +60,11 @@ struct Runtime {
     WFormat fmt = WFormat::BF16;  // the weight format of the layer projections (--dtype, or what the file holds)
     int ctx = 0;                  // KV-cache length in tokens, per sequence
     int max_tokens = 0;           // rows of the largest forward pass (a prefill chunk)
+    int slots = 1;                // sequences the KV cache (and any per-sequence state) holds: Batch::slot < slots
     Linears lin;                  // the projections' plan and prefill scratch (ops/linear.cuh)
     Attention attn;               // KV cache and attention scratch (attention_layer.cuh)
     Taps taps;                    // --dump-dir
+    std::string force_routing;    // --force-routing DIR: a mixture's expert choices from the oracle (ops/moe.cuh)
 
     Runtime() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
     // An activation buffer of max_tokens rows of `cols` (the engines' State).
@@ -66,7 +82,7 @@ struct Runtime {
 // The roofline's inputs, from what the engine loaded and planned.
 inline void model_stats(ModelInfo& info, const Runtime& rt) {
     info.decode_bytes = rt.mem.bytes("weights") - info.unread_bytes;
-    info.matmul_params = 0;
+    info.matmul_params = info.extra_matmul_params;
     for (const Linear* L : rt.lin.plan.order)
         if (L != rt.lin.plan.head_) info.matmul_params += (double)L->N * L->K;
 }

@@ -8,7 +8,8 @@
 // Rows accumulate across forward passes until flush(), so a prompt prefilled in several chunks (or one token at
 // a time, -ub 1) dumps every position, as one pass would.
 // Names shared by every engine and by oracle/dump.py: embed, layer_00 .. layer_NN (hidden state after each
-// decoder layer), final_norm, logits; ids.npy holds the generated tokens, prompt_ids.npy the prompt. With
+// decoder layer), final_norm, logits, routing_NN (a mixture layer's expert choices, [T][k]); ids.npy holds the
+// generated tokens, prompt_ids.npy the prompt. With
 // --dump-inputs, also what each layer's projections multiply (tools/quantize --calib reads them):
 // layer_NN_attn_in (q/k/v_proj), layer_NN_o_in, layer_NN_mlp_in (gate/up_proj), layer_NN_down_in, each
 // bf16-valued as the GEMMs read it.
@@ -54,6 +55,17 @@ struct Taps {
         std::vector<float>& h = rows_of(name, cols, rows);
         size_t at = h.size() - raw.size();
         for (size_t i = 0; i < raw.size(); i++) h[at + i] = bf16_bits_to_float(raw[i]);
+    }
+
+    // int32 values (a mixture's expert choices: routing_NN, [T][k]), stored as float32 like every tap.
+    void i32(const std::string& name, const int* d, int rows, int cols, cudaStream_t s) {
+        if (!on()) return;
+        std::vector<int> raw((size_t)rows * cols);
+        CUDA_CHECK(cudaMemcpyAsync(raw.data(), d, raw.size() * 4, cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        std::vector<float>& h = rows_of(name, cols, rows);
+        size_t at = h.size() - raw.size();
+        for (size_t i = 0; i < raw.size(); i++) h[at + i] = (float)raw[i];
     }
 
     void ids(const std::string& name, const std::vector<int>& v) const {

@@ -1,0 +1,164 @@
+// ops/moe.cuh — mixture-of-experts routing and the weighted sum of the chosen experts' outputs.
+//
+// Usage:
+//   MoeRouter r{MoeScore::Sigmoid, k, /*norm_topk=*/true, /*norm_eps=*/1e-6f, /*scale=*/1.f};
+//   moe_route(r, logits, bias, T, E, idx, weight, stream);  // logits float [T][E] (the router's projection),
+//                                                          // bias float [E] or null; idx int [T][k], weight float [T][k]
+//   moe_combine(y, weight, rows, T, k, dim, x, stream);    // x[t] += sum_j weight[t][j] y[row(t, j)]   (y float [..][dim];
+//                                                          // row(t, j) = rows[t k + j], or t k + j without rows)
+//   gather_rows(src, from, rows, n, dst, stream);          // dst[r] = src[from[r]] (bf16 rows of n)
+// A layer's mixture, built from these and the expert GEMVs (ops/gemv.cuh), is runtime/moe_layer.cuh.
+//
+// Routing, per token, as transformers' routers do it:
+//   scores  Sigmoid: s_e = sigmoid(logit_e) (LFM2, DeepSeek-V3);  Softmax: s = softmax(logits) over all experts
+//           (Qwen3-MoE, Mixtral; GPT-OSS's softmax over the top k logits is the same as Softmax with norm_topk)
+//   choice  the k largest s_e + bias_e (the bias, LFM2's expert_bias, steers the choice only), largest first;
+//           equal scores go to the lower expert index first (what torch.topk returns for ties, as the kit's
+//           greedy sampler does)
+//   weights w_j = s of the chosen expert; with norm_topk, w_j / (sum of the k + norm_eps); then times scale
+// One warp per token, each lane holding the scores of experts lane, lane + 32, ...: at most 256 experts, k <= 16.
+#pragma once
+
+#include "gpu/memory.cuh"
+
+namespace monocu {
+
+enum class MoeScore { Sigmoid, Softmax };
+
+struct MoeRouter {
+    MoeScore score = MoeScore::Softmax;
+    int k = 1;                // experts per token (num_experts_per_tok)
+    bool norm_topk = false;   // renormalise the k weights (norm_topk_prob)
+    float norm_eps = 0.f;     // added to their sum first (LFM2: 1e-6)
+    float scale = 1.f;        // routed_scaling_factor
+};
+
+constexpr int kMoeMaxExperts = 256, kMoeMaxK = 16;
+
+// Checking only (--force-routing): the oracle's expert choices [n][k] for positions 0 .. n - 1, taken instead of
+// the router's own at those positions (pos: the tokens' positions); the weights still come from our scores.
+struct MoeForced {
+    const int* idx = nullptr;
+    int n = 0;
+    const int* pos = nullptr;
+};
+
+static __global__ void moe_route_kernel(MoeRouter r, const float* __restrict__ logits, const float* __restrict__ bias, int T, int E,
+                                        MoeForced forced, int* __restrict__ idx, float* __restrict__ weight) {
+    constexpr int P = kMoeMaxExperts / 32;  // experts per lane
+    const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (t >= T) return;
+    const float* l = logits + (size_t)t * E;
+    float s[P], c[P];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        int e = lane + 32 * p;
+        s[p] = e < E ? l[e] : -INFINITY;
+        mx = fmaxf(mx, s[p]);
+    }
+    if (r.score == MoeScore::Softmax) {
+        for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float sum = 0.f;
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            s[p] = lane + 32 * p < E ? expf(s[p] - mx) : 0.f;
+            sum += s[p];
+        }
+        for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+#pragma unroll
+        for (int p = 0; p < P; p++) s[p] /= sum;
+    } else {
+#pragma unroll
+        for (int p = 0; p < P; p++) s[p] = 1.f / (1.f + expf(-s[p]));
+    }
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        int e = lane + 32 * p;
+        c[p] = e < E ? s[p] + (bias ? bias[e] : 0.f) : -INFINITY;
+    }
+    float w[kMoeMaxK];
+    int chosen[kMoeMaxK];
+    float total = 0.f;
+    const int fpos = forced.idx ? forced.pos[t] : -1;
+    if (fpos >= 0 && fpos < forced.n)  // the oracle's choice for this position, with our own scores as weights
+        for (int j = 0; j < r.k; j++) {
+            int e = min(max(forced.idx[(size_t)fpos * r.k + j], 0), E - 1);
+            float se = 0.f;
+#pragma unroll
+            for (int p = 0; p < P; p++) se = p == e / 32 ? __shfl_sync(0xffffffffu, s[p], e % 32) : se;
+            chosen[j] = e, w[j] = se, total += se;
+        }
+    else
+    for (int j = 0; j < r.k; j++) {
+        // this lane's best unchosen expert (lowest index among equals), then the warp's
+        float best = -INFINITY, best_s = 0.f;
+        int best_e = 1 << 30;
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            int e = lane + 32 * p;
+            if (e < E && (c[p] > best || (c[p] == best && e < best_e))) best = c[p], best_e = e, best_s = s[p];
+        }
+        for (int o = 16; o; o >>= 1) {
+            float ob = __shfl_xor_sync(0xffffffffu, best, o), os = __shfl_xor_sync(0xffffffffu, best_s, o);
+            int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+            if (ob > best || (ob == best && oe < best_e)) best = ob, best_e = oe, best_s = os;
+        }
+        if (best_e >= E) best_e = 0, best_s = 0.f;  // only NaN scores left: a valid index all the same
+        chosen[j] = best_e, w[j] = best_s, total += best_s;
+#pragma unroll
+        for (int p = 0; p < P; p++)
+            if (lane + 32 * p == best_e) c[p] = -INFINITY;  // taken (a NaN score can never be chosen twice either)
+    }
+    if (lane == 0)
+        for (int j = 0; j < r.k; j++) {
+            float v = r.norm_topk ? w[j] / (total + r.norm_eps) : w[j];
+            idx[(size_t)t * r.k + j] = chosen[j];
+            weight[(size_t)t * r.k + j] = v * r.scale;
+        }
+}
+
+inline void moe_route(const MoeRouter& r, const float* logits, const float* bias, int T, int E, int* idx, float* weight, cudaStream_t stream,
+                      MoeForced forced = {}) {
+    if (E < 1 || E > kMoeMaxExperts) die("moe: %d experts (1..%d are supported)", E, kMoeMaxExperts);
+    if (r.k < 1 || r.k > kMoeMaxK || r.k > E) die("moe: %d experts per token of %d (1..%d)", r.k, E, kMoeMaxK);
+    const int warps = 4;
+    moe_route_kernel<<<CEIL_DIV(T, warps), warps * 32, 0, stream>>>(r, logits, bias, T, E, forced, idx, weight);
+    LAUNCH_CHECK();
+}
+
+static __global__ void moe_combine_kernel(const float* __restrict__ y, const float* __restrict__ weight, const int* __restrict__ rows,
+                                          int T, int k, int dim, float* __restrict__ x) {
+    const size_t n = (size_t)T * dim;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / dim, d = i % dim;
+        float acc = 0.f;
+        for (int j = 0; j < k; j++) {  // a fixed order: deterministic
+            size_t r = rows ? (size_t)rows[t * k + j] : t * k + j;
+            acc += weight[t * k + j] * y[r * dim + d];
+        }
+        x[i] += acc;
+    }
+}
+
+inline void moe_combine(const float* y, const float* weight, const int* rows, int T, int k, int dim, float* x, cudaStream_t stream) {
+    size_t n = (size_t)T * dim;
+    int grid = (int)std::min<size_t>(CEIL_DIV(n, 256), 4096);
+    moe_combine_kernel<<<grid, 256, 0, stream>>>(y, weight, rows, T, k, dim, x);
+    LAUNCH_CHECK();
+}
+
+// dst[r] = src[from[r]], rows of n bf16 (the prefill's rows in expert order).
+static __global__ void gather_rows_kernel(const bf16* __restrict__ src, const int* __restrict__ from, int rows, int n, bf16* __restrict__ dst) {
+    const size_t total = (size_t)rows * n;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = src[(size_t)from[i / n] * n + i % n];
+}
+
+inline void gather_rows(const bf16* src, const int* from, int rows, int n, bf16* dst, cudaStream_t stream) {
+    size_t total = (size_t)rows * n;
+    gather_rows_kernel<<<(unsigned)std::min<size_t>(CEIL_DIV(total, 256), 4096), 256, 0, stream>>>(src, from, rows, n, dst);
+    LAUNCH_CHECK();
+}
+
+}  // namespace monocu

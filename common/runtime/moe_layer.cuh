@@ -1,0 +1,156 @@
+// runtime/moe_layer.cuh — one mixture-of-experts feed-forward layer, for any batch: the router, the routing
+// (ops/moe.cuh), the chosen experts' matmuls and their weighted sum into the residual stream.
+//
+// Usage (an engine's Weights, State and forward):
+//   MoeFfn f;  f.router = {MoeScore::Sigmoid, k, true, 1e-6f, 1.f};  f.E = E;
+//   f.gate = load_linear(ck, {{pre + "gate"}, {E}}, dim, WFormat::BF16, mem, s);   // the router's projection
+//   f.experts = load_experts(ck, E, ffn, dim, names, rt.fmt, mem, s);            // load/load_linear.cuh
+//   MoeScratch sc = moe_scratch(T_max, E, k, dim, ffn, mem);
+//   moe_ffn(f, x, norm_w, eps, pos, T, sc, lin, stream);   // x += the mixture of rmsnorm(x); sc.idx then holds
+//                                                          // the choices ([T][k]: the routing_NN tap)
+//
+// The experts' matmuls:
+//   - a decode step (T = 1): the router's GEMV (RMSNorm fused), the routing kernel, then one GEMV launch for the
+//     k experts' gate_up (RMSNorm and SwiGLU fused) and one for their down_proj (ops/gemv.cuh's GemvExperts: each
+//     launch row reads its expert from the router's output on the device, so the step stays one CUDA graph), and
+//     the weighted sum: 5 launches, reading only the chosen experts' weights;
+//   - a prefill chunk: the router's GEMM and the routing, then the choices come back to the host, which groups
+//     the (token, expert) pairs by expert; the rows each expert takes are gathered, each expert with any runs
+//     its GEMMs on them (dequantized first when quantized, as any projection's prefill), and the weighted sum
+//     reads each token's k rows back.
+#pragma once
+
+#include <vector>
+
+#include "gpu/profile.cuh"
+#include "host/npy.h"
+#include "load/load_linear.cuh"
+#include "ops/linear.cuh"
+#include "ops/moe.cuh"
+
+namespace monocu {
+
+struct MoeFfn {
+    MoeRouter router;
+    Linear gate;                 // [E][dim] the router's projection (bf16)
+    const float* bias = nullptr; // [E] choice bias (LFM2's expert_bias), or null
+    ExpertLinears experts;       // E experts' gate_up [2 f][dim] and down [dim][f]
+    int E = 0;
+    MoeForced forced;            // --force-routing: this layer's oracle choices (pos filled per pass), or none
+};
+
+// --force-routing DIR: layer `layer`'s choices from DIR/routing_NN.npy ([positions][k], as oracle/dump.py writes them).
+inline MoeForced load_forced_routing(const std::string& dir, int layer, int k, GpuMemory& mem) {
+    std::string path = dir + strf("/routing_%02d.npy", layer);
+    NpyArray a = npy_read(path);
+    if (a.shape.size() != 2 || a.shape[1] != k) die("%s: expected [positions][%d] expert choices", path.c_str(), k);
+    std::vector<int> v(a.data.begin(), a.data.end());
+    MoeForced f;
+    f.n = (int)a.shape[0];
+    int* d = mem.alloc<int>(v.size(), "weights");
+    CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+    f.idx = d;
+    return f;
+}
+
+// Buffers for up to T_max tokens (allocated once, shared by the layers).
+struct MoeScratch {
+    float* logits;          // [T][E]
+    int* idx;               // [T][k]
+    float* weight;          // [T][k]
+    bf16* h;                // [T k][f]     silu(gate) * up per (token, expert)
+    float* y;               // [T k][dim]   each expert's output
+    float* gu;              // [T k][2 f]   prefill: gate_up's output
+    bf16* xg;               // [T k][dim]   prefill: the normalised rows in expert order
+    int* from;              // [T k]        prefill: the token of each gathered row
+    int* rows;              // [T k]        prefill: the gathered row of each (token, j)
+    std::vector<int> host_idx, host_from, host_rows;
+};
+
+inline MoeScratch moe_scratch(int T_max, int E, int k, int dim, int ffn, GpuMemory& mem) {
+    MoeScratch s;
+    size_t tk = (size_t)T_max * k;
+    s.logits = mem.alloc<float>((size_t)T_max * E, "activations");
+    s.idx = mem.alloc<int>(tk, "activations"), s.weight = mem.alloc<float>(tk, "activations");
+    s.h = mem.alloc<bf16>(tk * ffn, "activations"), s.y = mem.alloc<float>(tk * dim, "activations");
+    if (T_max > 1) {
+        s.gu = mem.alloc<float>(tk * 2 * ffn, "activations"), s.xg = mem.alloc<bf16>(tk * dim, "activations");
+        s.from = mem.alloc<int>(tk, "activations"), s.rows = mem.alloc<int>(tk, "activations");
+    }
+    return s;
+}
+
+// x += sum over the k experts the router picks of weight * down(silu(gate(n)) * up(n)), n = rmsnorm(x) (norm_w, eps);
+// the router sees the same n.
+inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, const int* pos, int T, MoeScratch& sc, Linears& lin,
+                    cudaStream_t s) {
+    const int k = f.router.k, dim = f.gate.K, ffn = f.experts.down[0].K;
+    const ExpertLinears& X = f.experts;
+    MoeForced forced = f.forced;
+    forced.pos = pos;
+    if (T == 1) {
+        {
+            OpScope op("gemv router", s);
+            gemv_rmsnorm(f.gate, x, norm_w, eps, sc.logits, s);
+        }
+        {
+            OpScope op("route", s);
+            moe_route(f.router, sc.logits, f.bias, 1, f.E, sc.idx, sc.weight, s, forced);
+        }
+        {
+            OpScope op("gemv experts gate_up", s);
+            gemv_experts_rmsnorm_swiglu(X.gate_up[0], GemvExperts{sc.idx, X.gate_up_w, X.gate_up_scale, k}, x, norm_w, eps, sc.h, s);
+        }
+        {
+            OpScope op("gemv experts down", s);
+            gemv_experts(X.down[0], GemvExperts{sc.idx, X.down_w, X.down_scale, k}, sc.h, sc.y, s);
+        }
+        OpScope op("moe sum", s);
+        moe_combine(sc.y, sc.weight, nullptr, 1, k, dim, x, s);
+        return;
+    }
+    bf16* xn = lin.xb;  // [T][dim] rmsnorm(x)
+    rmsnorm(x, norm_w, xn, T, dim, eps, s);
+    linear(f.gate, xn, sc.logits, T, lin, s);
+    {
+        OpScope op("route", s);
+        moe_route(f.router, sc.logits, f.bias, T, f.E, sc.idx, sc.weight, s, forced);
+    }
+    // The (token, j) pairs grouped by expert, in token order within each: row r of the gathered rows.
+    const size_t tk = (size_t)T * k;
+    sc.host_idx.resize(tk), sc.host_from.resize(tk), sc.host_rows.resize(tk);
+    CUDA_CHECK(cudaMemcpyAsync(sc.host_idx.data(), sc.idx, tk * sizeof(int), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<int> count(f.E + 1, 0);
+    for (int e : sc.host_idx) count[e + 1]++;
+    for (int e = 0; e < f.E; e++) count[e + 1] += count[e];  // count[e]: expert e's first row
+    std::vector<int> next(count.begin(), count.end() - 1);
+    for (size_t p = 0; p < tk; p++) {
+        int r = next[sc.host_idx[p]]++;
+        sc.host_rows[p] = r, sc.host_from[r] = (int)(p / k);
+    }
+    CUDA_CHECK(cudaMemcpyAsync(sc.from, sc.host_from.data(), tk * sizeof(int), cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(sc.rows, sc.host_rows.data(), tk * sizeof(int), cudaMemcpyHostToDevice, s));
+    {
+        OpScope op("gather", s);
+        gather_rows(xn, sc.from, (int)tk, dim, sc.xg, s);
+    }
+    for (int e = 0; e < f.E; e++) {
+        int n = count[e + 1] - count[e];
+        if (n) linear(X.gate_up[e], sc.xg + (size_t)count[e] * dim, sc.gu + (size_t)count[e] * 2 * ffn, n, lin, s);
+    }
+    {
+        OpScope op("swiglu", s);
+        swiglu_interleaved(sc.gu, sc.h, (int)tk, ffn, s);
+    }
+    for (int e = 0; e < f.E; e++) {
+        int n = count[e + 1] - count[e];
+        if (n) linear(X.down[e], sc.h + (size_t)count[e] * ffn, sc.y + (size_t)count[e] * dim, n, lin, s);
+    }
+    OpScope op("moe sum", s);
+    moe_combine(sc.y, sc.weight, sc.rows, T, k, dim, x, s);
+    // (The uploads above read pageable host memory: copied out before cudaMemcpyAsync returns, so the next layer
+    // may rewrite the vectors.)
+}
+
+}  // namespace monocu
