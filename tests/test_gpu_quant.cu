@@ -5,7 +5,7 @@
 #include "ops/gemv.cuh"
 #include "gpu_util.cuh"
 #include "ops/linear.cuh"
-#include "ops/moe.cuh"
+#include "runtime/moe_layer.cuh"
 #include "ops/quant.cuh"
 
 using namespace monocu;

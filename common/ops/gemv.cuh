@@ -98,11 +98,14 @@ struct L2Prefetch {
 // the j-th launch row reads its input x + j x_stride (bytes: each expert its own row of h, or 0: the same x)
 // and writes y + j y_stride (elements).
 struct GemvExperts {
-    const int* idx = nullptr;             // device [k]: the chosen experts (null: an ordinary GEMV)
+    const int* idx = nullptr;             // device [k]: the chosen experts
     const void* const* w = nullptr;       // device [E]
     const void* const* scale = nullptr;   // device [E] (quantized formats)
     int k = 1;
     size_t x_stride = 0, y_stride = 0;
+
+    GemvExperts() = default;
+    GemvExperts(const int* idx_, const void* const* w_, const void* const* scale_, int k_) : idx(idx_), w(w_), scale(scale_), k(k_) {}
 };
 
 // The start of next's weights, up to kL2AheadBytes. Why: a decode step leaves HBM idle at the seams of its
@@ -400,7 +403,9 @@ constexpr bool gemv_loops() {
 // (or one cluster, S > 1) takes at a time.
 __host__ __device__ constexpr int gemv_row_groups(int N, int R, int KS, int W) { return CEIL_DIV(N, W / KS * R); }
 
-template <class F, GemvInput IN, GemvOutput OUT, int R>
+// X: the mixture-of-experts form (GemvExperts), a separate instantiation so that the ordinary GEMVs carry none of
+// its code (its routing prologue alone raised their registers by up to 20 and added a stack frame).
+template <class F, GemvInput IN, GemvOutput OUT, int R, bool X = false>
 __global__ void __launch_bounds__(gemv_warps<F>(R) * 32)
     gemv_kernel(Linear L, const void* __restrict__ x_in, const bf16* __restrict__ norm_w, float eps, float* __restrict__ y,
                 bf16* __restrict__ y_bf16, int S, int KS, L2Prefetch pf, GemvExperts ex) {
@@ -408,7 +413,7 @@ __global__ void __launch_bounds__(gemv_warps<F>(R) * 32)
     constexpr int W = gemv_warps<F>(R);
     TRACE_BEGIN();
     extern __shared__ __align__(16) unsigned char gemv_smem[];
-    if (ex.idx) {  // this launch row's expert: known once the router's kernel is done
+    if constexpr (X) {  // this launch row's expert: known once the router's kernel is done
         pdl_wait();
         const int j = blockIdx.y, e = ex.idx[j];
         L.w = const_cast<void*>(ex.w[e]);
@@ -640,24 +645,24 @@ inline int gemv_resident_grid(Kernel kernel, size_t smem, int groups, int warps)
     return CEIL_DIV(groups, CEIL_DIV(groups, resident));
 }
 
-template <class F, GemvInput IN, GemvOutput OUT, int R>
+template <class F, GemvInput IN, GemvOutput OUT, int R, bool X>
 inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16, GemvLayout lay,
                              L2Prefetch pf, const GemvExperts& ex, cudaStream_t stream) {
     static bool raised = false;  // one attribute call per instantiation, before any graph capture (eager warm-up)
     if (!raised) {
-        CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<F, IN, OUT, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kGemvMaxSmem));
-        prefer_decode_carveout(gemv_kernel<F, IN, OUT, R>);
+        CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<F, IN, OUT, R, X>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kGemvMaxSmem));
+        prefer_decode_carveout(gemv_kernel<F, IN, OUT, R, X>);
         raised = true;
     }
     const int S = lay.S, KS = lay.KS;
     size_t smem = gemv_smem_bytes<F, IN>(L.K, S);
     if (smem > kGemvMaxSmem) die("gemv: K = %d is too large for the shared-memory copy of x", L.K);
     constexpr int W = gemv_warps<F>(R);
-    smem = gemv_capped_smem(gemv_kernel<F, IN, OUT, R>, smem, W);
+    smem = gemv_capped_smem(gemv_kernel<F, IN, OUT, R, X>, smem, W);
     cudaLaunchConfig_t cfg = {};
     int groups = gemv_row_groups(L.N, R, KS, W), grid = groups * S;
-    if (gemv_loops<OUT, R>() && S == 1) grid = gemv_resident_grid(gemv_kernel<F, IN, OUT, R>, smem, groups, W);
-    cfg.gridDim = dim3(grid, ex.idx ? ex.k : 1);
+    if (gemv_loops<OUT, R>() && S == 1) grid = gemv_resident_grid(gemv_kernel<F, IN, OUT, R, X>, smem, groups, W);
+    cfg.gridDim = dim3(grid, X ? ex.k : 1);
     cfg.blockDim = dim3(W * 32);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
@@ -670,34 +675,34 @@ inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w,
     }
     cfg.attrs = attr;
     cfg.numAttrs = add_pdl_attribute(attr, n_attr);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<F, IN, OUT, R>, L, x, norm_w, eps, y, y_bf16, S, KS, pf, ex));
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<F, IN, OUT, R, X>, L, x, norm_w, eps, y, y_bf16, S, KS, pf, ex));
 }
 
-template <class F, GemvInput IN, GemvOutput OUT>
+template <class F, GemvInput IN, GemvOutput OUT, bool X>
 inline void gemv_launch_format(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16,
                                L2Prefetch pf, const GemvExperts& ex, cudaStream_t stream) {
-    GemvLayout lay = gemv_layout<F>(L.N * (ex.idx ? ex.k : 1), L.K);  // the k experts' rows share the GPU
+    GemvLayout lay = gemv_layout<F>(L.N * (X ? ex.k : 1), L.K);  // the k experts' rows share the GPU
     if constexpr (F::kWideRows == 4) {
-        if (lay.R == 4) return gemv_launch_rows<F, IN, OUT, 4>(L, x, norm_w, eps, y, y_bf16, lay, pf, ex, stream);
+        if (lay.R == 4) return gemv_launch_rows<F, IN, OUT, 4, X>(L, x, norm_w, eps, y, y_bf16, lay, pf, ex, stream);
     }
-    gemv_launch_rows<F, IN, OUT, 2>(L, x, norm_w, eps, y, y_bf16, lay, pf, ex, stream);
+    gemv_launch_rows<F, IN, OUT, 2, X>(L, x, norm_w, eps, y, y_bf16, lay, pf, ex, stream);
 }
 
-template <GemvInput IN, GemvOutput OUT>
+template <GemvInput IN, GemvOutput OUT, bool X = false>
 inline void gemv_launch(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16, cudaStream_t stream,
                         L2Prefetch pf = {}, const GemvExperts& ex = {}) {
     if (L.K % 8 != 0) die("gemv: K = %d must be a multiple of 8 (16-byte rows)", L.K);
     if (norm_w && reinterpret_cast<uintptr_t>(norm_w) % 16 != 0) die("gemv: the norm weights must be 16-byte aligned");
     if ((reinterpret_cast<uintptr_t>(L.w) | reinterpret_cast<uintptr_t>(x)) % 16 != 0) die("gemv: W and x must be 16-byte aligned");
     if (OUT == GemvOutput::SWIGLU_BF16 && L.N % 2 != 0) die("gemv: swiglu needs an even number of rows, got %d", L.N);
-    if (L.fmt == WFormat::BF16) return gemv_launch_format<Bf16Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, pf, ex, stream);
+    if (L.fmt == WFormat::BF16) return gemv_launch_format<Bf16Weights, IN, OUT, X>(L, x, norm_w, eps, y, y_bf16, pf, ex, stream);
     if (L.fmt == WFormat::FP8) {
         if (L.K % 16 != 0 || L.kblock <= 0 || L.K % L.kblock != 0 || L.kblock % 16 != 0)
             die("gemv: fp8 needs K %% 16 == 0 and K %% kblock == 0 (K %d, kblock %d)", L.K, L.kblock);
-        return gemv_launch_format<Fp8Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, pf, ex, stream);
+        return gemv_launch_format<Fp8Weights, IN, OUT, X>(L, x, norm_w, eps, y, y_bf16, pf, ex, stream);
     }
     if (L.K % kInt4Group != 0) die("gemv: int4 needs K %% 128 == 0, got %d", L.K);
-    gemv_launch_format<Int4Weights, IN, OUT>(L, x, norm_w, eps, y, y_bf16, pf, ex, stream);
+    gemv_launch_format<Int4Weights, IN, OUT, X>(L, x, norm_w, eps, y, y_bf16, pf, ex, stream);
 }
 
 inline void gemv(const Linear& L, const bf16* x, float* y, cudaStream_t s) {
@@ -713,17 +718,4 @@ inline void gemv_rmsnorm_swiglu(const Linear& L, const float* x, const bf16* nor
                                 L2Prefetch pf = {}) {
     gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::SWIGLU_BF16>(L, x, norm_w, eps, nullptr, h, s, pf);
 }
-// Mixture of experts (GemvExperts): L is any one expert's projection (its shape, format and kblock).
-//   h[j] = silu(gate) * up of expert idx[j] on rmsnorm(x)         h bf16 [k][N / 2]
-inline void gemv_experts_rmsnorm_swiglu(const Linear& L, GemvExperts ex, const float* x, const bf16* norm_w, float eps, bf16* h,
-                                        cudaStream_t s) {
-    ex.x_stride = 0, ex.y_stride = (size_t)L.N / 2;
-    gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::SWIGLU_BF16>(L, x, norm_w, eps, nullptr, h, s, {}, ex);
-}
-//   y[j] = W_idx[j] h[j]                                           h bf16 [k][K], y float [k][N]
-inline void gemv_experts(const Linear& L, GemvExperts ex, const bf16* h, float* y, cudaStream_t s) {
-    ex.x_stride = (size_t)L.K * 2, ex.y_stride = (size_t)L.N;
-    gemv_launch<GemvInput::BF16, GemvOutput::STORE_F32>(L, h, nullptr, 0.f, y, nullptr, s, {}, ex);
-}
-
 }  // namespace monocu

@@ -43,12 +43,12 @@ struct MoeForced {
     const int* pos = nullptr;
 };
 
-static __global__ void moe_route_kernel(MoeRouter r, const float* __restrict__ logits, const float* __restrict__ bias, int T, int E,
-                                        MoeForced forced, int* __restrict__ idx, float* __restrict__ weight) {
+// One token's routing by one warp: logits l [E]; lane 0 gets the k choices and weights in idx[], weight[] (the
+// other lanes' copies are not written). forced_row: the oracle's k choices for this token, or null.
+__device__ __forceinline__ void moe_route_warp(const MoeRouter& r, const float* __restrict__ l, const float* __restrict__ bias, int E,
+                                               const int* forced_row, int* idx, float* weight) {
     constexpr int P = kMoeMaxExperts / 32;  // experts per lane
-    const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
-    if (t >= T) return;
-    const float* l = logits + (size_t)t * E;
+    const int lane = threadIdx.x & 31;
     float s[P], c[P];
     float mx = -INFINITY;
 #pragma unroll
@@ -80,42 +80,54 @@ static __global__ void moe_route_kernel(MoeRouter r, const float* __restrict__ l
     float w[kMoeMaxK];
     int chosen[kMoeMaxK];
     float total = 0.f;
-    const int fpos = forced.idx ? forced.pos[t] : -1;
-    if (fpos >= 0 && fpos < forced.n)  // the oracle's choice for this position, with our own scores as weights
+    if (forced_row)  // the oracle's choice for this position, with our own scores as weights
         for (int j = 0; j < r.k; j++) {
-            int e = min(max(forced.idx[(size_t)fpos * r.k + j], 0), E - 1);
+            int e = min(max(forced_row[j], 0), E - 1);
             float se = 0.f;
 #pragma unroll
             for (int p = 0; p < P; p++) se = p == e / 32 ? __shfl_sync(0xffffffffu, s[p], e % 32) : se;
             chosen[j] = e, w[j] = se, total += se;
         }
     else
-    for (int j = 0; j < r.k; j++) {
-        // this lane's best unchosen expert (lowest index among equals), then the warp's
-        float best = -INFINITY, best_s = 0.f;
-        int best_e = 1 << 30;
+        for (int j = 0; j < r.k; j++) {
+            // this lane's best unchosen expert (lowest index among equals), then the warp's
+            float best = -INFINITY, best_s = 0.f;
+            int best_e = 1 << 30;
 #pragma unroll
-        for (int p = 0; p < P; p++) {
-            int e = lane + 32 * p;
-            if (e < E && (c[p] > best || (c[p] == best && e < best_e))) best = c[p], best_e = e, best_s = s[p];
-        }
-        for (int o = 16; o; o >>= 1) {
-            float ob = __shfl_xor_sync(0xffffffffu, best, o), os = __shfl_xor_sync(0xffffffffu, best_s, o);
-            int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-            if (ob > best || (ob == best && oe < best_e)) best = ob, best_e = oe, best_s = os;
-        }
-        if (best_e >= E) best_e = 0, best_s = 0.f;  // only NaN scores left: a valid index all the same
-        chosen[j] = best_e, w[j] = best_s, total += best_s;
+            for (int p = 0; p < P; p++) {
+                int e = lane + 32 * p;
+                if (e < E && (c[p] > best || (c[p] == best && e < best_e))) best = c[p], best_e = e, best_s = s[p];
+            }
+            for (int o = 16; o; o >>= 1) {
+                float ob = __shfl_xor_sync(0xffffffffu, best, o), os = __shfl_xor_sync(0xffffffffu, best_s, o);
+                int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+                if (ob > best || (ob == best && oe < best_e)) best = ob, best_e = oe, best_s = os;
+            }
+            if (best_e >= E) best_e = 0, best_s = 0.f;  // only NaN scores left: a valid index all the same
+            chosen[j] = best_e, w[j] = best_s, total += best_s;
 #pragma unroll
-        for (int p = 0; p < P; p++)
-            if (lane + 32 * p == best_e) c[p] = -INFINITY;  // taken (a NaN score can never be chosen twice either)
-    }
+            for (int p = 0; p < P; p++)
+                if (lane + 32 * p == best_e) c[p] = -INFINITY;  // taken (a NaN score can never be chosen twice either)
+        }
     if (lane == 0)
         for (int j = 0; j < r.k; j++) {
             float v = r.norm_topk ? w[j] / (total + r.norm_eps) : w[j];
-            idx[(size_t)t * r.k + j] = chosen[j];
-            weight[(size_t)t * r.k + j] = v * r.scale;
+            idx[j] = chosen[j];
+            weight[j] = v * r.scale;
         }
+}
+
+// The oracle's choices for token t (MoeForced), or null.
+__device__ __forceinline__ const int* moe_forced_row(const MoeForced& f, int k, int t) {
+    const int pos = f.idx ? f.pos[t] : -1;
+    return pos >= 0 && pos < f.n ? f.idx + (size_t)pos * k : nullptr;
+}
+
+static __global__ void moe_route_kernel(MoeRouter r, const float* __restrict__ logits, const float* __restrict__ bias, int T, int E,
+                                        MoeForced forced, int* __restrict__ idx, float* __restrict__ weight) {
+    const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (t >= T) return;
+    moe_route_warp(r, logits + (size_t)t * E, bias, E, moe_forced_row(forced, r.k, t), idx + (size_t)t * r.k, weight + (size_t)t * r.k);
 }
 
 inline void moe_route(const MoeRouter& r, const float* logits, const float* bias, int T, int E, int* idx, float* weight, cudaStream_t stream,
