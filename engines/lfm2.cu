@@ -58,18 +58,18 @@ static Config load_config(const std::string& dir) {
     if (h.rope.type != "default") die("%s: rope type '%s' is not supported (default)", p, h.rope.type.c_str());
     if (!h.quant.method.empty() && h.quant.method != "monocu")
         die("%s: quantization_config '%s' is not supported (tools/quantize output)", p, h.quant.method.c_str());
-    c.conv_L = json_as_int(p, "conv_L_cache", *h.find("conv_L_cache"));
+    c.conv_L = json_as_int(p, "conv_L_cache", h.require("conv_L_cache"));
     if (c.conv_L < 1 || c.conv_L > kShortConvMaxL) die("%s: 'conv_L_cache' = %d is not supported (1..%d)", p, c.conv_L, kShortConvMaxL);
-    c.conv_bias = json_as_bool(p, "conv_bias", *h.find("conv_bias"));
+    c.conv_bias = json_as_bool(p, "conv_bias", h.require("conv_bias"));
 
     // The MLP's width, as Lfm2MLP derives it from intermediate_size: two thirds, times block_ffn_dim_multiplier,
     // rounded up to a multiple of block_multiple_of (the last two only when the multiplier is set); lfm2_moe's
     // dense layers take intermediate_size as it is.
-    if (!c.moe && json_as_bool(p, "block_auto_adjust_ff_dim", *h.find("block_auto_adjust_ff_dim"))) {
+    if (!c.moe && json_as_bool(p, "block_auto_adjust_ff_dim", h.require("block_auto_adjust_ff_dim"))) {
         c.ffn = (int)(2.0 * c.ffn / 3.0);
         const nlohmann::json* mult = h.find("block_ffn_dim_multiplier");
         if (mult && !mult->is_null()) {
-            int multiple = json_as_int(p, "block_multiple_of", *h.find("block_multiple_of"));
+            int multiple = json_as_int(p, "block_multiple_of", h.require("block_multiple_of"));
             if (multiple < 1) die("%s: 'block_multiple_of' must be positive", p);
             c.ffn = (int)(json_as_double(p, "block_ffn_dim_multiplier", *mult) * c.ffn);
             c.ffn = multiple * ((c.ffn + multiple - 1) / multiple);
@@ -77,14 +77,14 @@ static Config load_config(const std::string& dir) {
     }
     if (c.ffn < 8 || c.ffn % 8) die("%s: the MLP's width comes to %d; it must be a positive multiple of 8", p, c.ffn);
     if (c.moe) {
-        auto key_int = [&](const char* k) { return json_as_int(p, k, *h.find(k)); };
+        auto key_int = [&](const char* k) { return json_as_int(p, k, h.require(k)); };
         c.n_dense = key_int("num_dense_layers"), c.n_experts = key_int("num_experts"), c.moe_ffn = key_int("moe_intermediate_size");
         c.router.score = MoeScore::Sigmoid;
         c.router.k = key_int("num_experts_per_tok");
-        c.router.norm_topk = json_as_bool(p, "norm_topk_prob", *h.find("norm_topk_prob"));
+        c.router.norm_topk = json_as_bool(p, "norm_topk_prob", h.require("norm_topk_prob"));
         c.router.norm_eps = 1e-6f;
-        c.router.scale = (float)json_as_double(p, "routed_scaling_factor", *h.find("routed_scaling_factor"));
-        c.expert_bias = json_as_bool(p, "use_expert_bias", *h.find("use_expert_bias"));
+        c.router.scale = (float)json_as_double(p, "routed_scaling_factor", h.require("routed_scaling_factor"));
+        c.expert_bias = json_as_bool(p, "use_expert_bias", h.require("use_expert_bias"));
         if (c.n_dense < 0 || c.n_dense > c.n_layers) die("%s: 'num_dense_layers' = %d for %d layers", p, c.n_dense, c.n_layers);
         if (c.n_experts < 1 || c.n_experts > kMoeMaxExperts) die("%s: 'num_experts' = %d is not supported (1..%d)", p, c.n_experts, kMoeMaxExperts);
         if (c.router.k < 1 || c.router.k > std::min(c.n_experts, kMoeMaxK))

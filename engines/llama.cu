@@ -68,7 +68,7 @@ static Config load_config(const std::string& dir) {
             if (!nr->is_array() || (int)nr->size() < c.n_layers) die("%s: 'no_rope_layers' must list at least one 0/1 per layer", p);
             for (int l = 0; l < c.n_layers; l++) c.rope[l] = json_as_int(p, "no_rope_layers", (*nr)[l]) != 0;
         } else {
-            int every = json_as_int(p, "no_rope_layer_interval", *h.find("no_rope_layer_interval"));
+            int every = json_as_int(p, "no_rope_layer_interval", h.require("no_rope_layer_interval"));
             if (every <= 0) die("%s: 'no_rope_layer_interval' must be positive", p);
             for (int l = 0; l < c.n_layers; l++) c.rope[l] = (l + 1) % every != 0;
         }
@@ -79,7 +79,7 @@ static Config load_config(const std::string& dir) {
     if (const nlohmann::json* v = h.find("sliding_window")) sw = json_as_int(p, "sliding_window", *v);
     if (sw < 0) die("%s: 'sliding_window' must be positive or null", p);
     bool use_sw = type == "mistral" ? sw > 0 : key_bool(h, "use_sliding_window", false) && sw > 0;
-    int max_window_layers = h.find("max_window_layers") ? json_as_int(p, "max_window_layers", *h.find("max_window_layers")) : c.n_layers;
+    int max_window_layers = h.find("max_window_layers") ? json_as_int(p, "max_window_layers", h.require("max_window_layers")) : c.n_layers;
     c.window.assign(c.n_layers, 0);
     const nlohmann::json* lt = h.find("layer_types");
     if (lt && !lt->is_array()) die("%s: 'layer_types' must be a list", p);

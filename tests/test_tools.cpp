@@ -203,6 +203,8 @@ TEST_CASE("the lfm2 engine refuses configs it cannot run, in one line") {
     refused(with_config("tiny-lfm2-bias", "\"full_attn_idxs\": [\n    0,", "\"full_attn_idxs\": [\n    7,"), "full_attn_idxs holds 7; there are 4 layers");
     refused(with_config("tiny-lfm2-moe", "\"num_experts_per_tok\": 4", "\"num_experts_per_tok\": 7"), "'num_experts_per_tok' = 7 is not supported (1..6)");
     refused(with_config("tiny-lfm2-moe", "\"num_dense_layers\": 1", "\"num_dense_layers\": 5"), "'num_dense_layers' = 5 for 4 layers");
+    refused(with_config("tiny-lfm2-bias", "\"conv_L_cache\": 4", "\"conv_L_cache\": null"), "missing required key 'conv_L_cache'");
+    refused(with_config("tiny-lfm2-moe", "\"use_expert_bias\": true", "\"use_expert_bias\": null"), "missing required key 'use_expert_bias'");
 }
 
 // tokenize --reply: a model's output split by the checkpoint's (here a template's) tool-call format.

@@ -64,6 +64,7 @@ struct ModelConfig {
     // find() and the json_as_* checks above, so errors name the file and key the same way).
     nlohmann::json file, defaults;
     const nlohmann::json* find(const char* key) const;
+    const nlohmann::json& require(const char* key) const;  // ... or one line: the key is missing (or null)
 };
 
 struct GenerationConfig {
@@ -189,6 +190,7 @@ inline QuantizationConfig parse_quantization(const std::string& p, const nlohman
 // ---- config.json ----
 
 inline const nlohmann::json* ModelConfig::find(const char* key) const { return config_lookup(file, defaults, key); }
+inline const nlohmann::json& ModelConfig::require(const char* key) const { return config_require(path, file, defaults, key); }
 
 inline ModelConfig parse_model_config(const std::string& p, const nlohmann::json& f, const nlohmann::json& d) {
     if (!f.is_object()) die("%s: not a JSON object", p.c_str());
