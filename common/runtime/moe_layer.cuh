@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "gpu/profile.cuh"
+#include "host/moe_groups.h"
 #include "host/npy.h"
 #include "load/load_linear.cuh"
 #include "ops/linear.cuh"
@@ -81,7 +82,8 @@ struct MoeScratch {
     bf16* xg;               // [T k][dim]   prefill: the normalised rows in expert order
     int* from;              // [T k]        prefill: the token of each gathered row
     int* rows;              // [T k]        prefill: the gathered row of each (token, j)
-    std::vector<int> host_idx, host_from, host_rows;
+    std::vector<int> host_idx;  // prefill: the choices, back on the host
+    ExpertGroups groups;        // ... grouped by expert (host/moe_groups.h)
 };
 
 inline MoeScratch moe_scratch(int T_max, int E, int k, int dim, int ffn, GpuMemory& mem) {
@@ -133,21 +135,16 @@ inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, co
         OpScope op("route", s);
         moe_route(f.router, sc.logits, f.bias, T, f.E, sc.idx, sc.weight, s, forced);
     }
-    // The (token, j) pairs grouped by expert, in token order within each: row r of the gathered rows.
+    // The (token, j) pairs grouped by expert, in token order within each (count[e]: expert e's first gathered row).
     const size_t tk = (size_t)T * k;
-    sc.host_idx.resize(tk), sc.host_from.resize(tk), sc.host_rows.resize(tk);
+    sc.host_idx.resize(tk);
     CUDA_CHECK(cudaMemcpyAsync(sc.host_idx.data(), sc.idx, tk * sizeof(int), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
-    std::vector<int> count(f.E + 1, 0);
-    for (int e : sc.host_idx) count[e + 1]++;
-    for (int e = 0; e < f.E; e++) count[e + 1] += count[e];  // count[e]: expert e's first row
-    std::vector<int> next(count.begin(), count.end() - 1);
-    for (size_t p = 0; p < tk; p++) {
-        int r = next[sc.host_idx[p]]++;
-        sc.host_rows[p] = r, sc.host_from[r] = (int)(p / k);
-    }
-    CUDA_CHECK(cudaMemcpyAsync(sc.from, sc.host_from.data(), tk * sizeof(int), cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaMemcpyAsync(sc.rows, sc.host_rows.data(), tk * sizeof(int), cudaMemcpyHostToDevice, s));
+    ExpertGroups& g = sc.groups;
+    group_by_expert(sc.host_idx, k, f.E, g);
+    const std::vector<int>& count = g.first;
+    CUDA_CHECK(cudaMemcpyAsync(sc.from, g.token.data(), tk * sizeof(int), cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(sc.rows, g.row.data(), tk * sizeof(int), cudaMemcpyHostToDevice, s));
     {
         OpScope op("gather", s);
         gather_rows(xn, sc.from, (int)tk, dim, sc.xg, s);
