@@ -147,6 +147,7 @@ TEST_CASE("an engine refuses bad inputs in one line before it looks for a GPU") 
     std::ofstream(dir / "tools.json") << R"([{"type": "function", "function": {"description": "no name"}}])";
     refused("-m models/pycoder-13m -p hi --tools " + (dir / "tools.json"),
             "--tools " + (dir / "tools.json") + ": tool 0 has no function name ({\"type\": \"function\", \"function\": {\"name\": ...}})");
+    refused("-m models/pycoder-13m -p hi --force-routing " + (dir / "none"), "--force-routing " + (dir / "none") + ": no such folder");
     std::ofstream(dir / "ids.txt") << "5 8192";
     refused("-m models/pycoder-13m --ids " + (dir / "ids.txt"), (dir / "ids.txt") + ": token id 8192 is outside the vocabulary [0, 8192)");
 

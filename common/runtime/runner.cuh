@@ -115,6 +115,7 @@ int engine_main(int argc, char** argv) {
         ChatTemplate ct;  // the checkpoint's own (tokenizer/chat_template.h): parsed now, so a broken one is said now
         if (tok) ct = ChatTemplate::load(o.model);
         if (!o.tools_file.empty()) o.tools_json = read_tools_file(o.tools_file);
+        if (!o.force_routing.empty() && !path_is_dir(o.force_routing)) die("--force-routing %s: no such folder", o.force_routing.c_str());
         if (o.chat && ct.empty()) die("%s: -cnv needs a chat template (tokenizer_config.json or chat_template.jinja has none)", o.model.c_str());
         Prompt prompt;  // -p / -f / --ids: read and tokenized now (a bad file or invalid UTF-8 is said before the GPU)
         if (!o.bench && !o.chat && o.in_file.empty()) {
