@@ -110,6 +110,16 @@ static std::vector<float> as_int8_per_32(const std::vector<float>& x) {
     return out;
 }
 
+// rmsnorm(x) * w (eps 1e-6) rounded to bf16, as a GEMV with the norm fused stages its input.
+static std::vector<float> rmsnorm_as_staged(const std::vector<float>& x, const std::vector<float>& w) {
+    double ss = 0;
+    for (float v : x) ss += (double)v * v;
+    double inv = 1 / std::sqrt(ss / x.size() + 1e-6);
+    std::vector<float> out(x.size());
+    for (size_t k = 0; k < x.size(); k++) out[k] = round_to_bf16((float)(x[k] * inv * w[k]));
+    return out;
+}
+
 TEST_CASE("FP8 (per channel and 128-blocks) and INT4 GEMV, all input/output modes, against dequantized weights") {
     Rng r(12);
     struct Case { WFormat fmt; int kblock; double bound; };
@@ -148,11 +158,7 @@ TEST_CASE("FP8 (per channel and 128-blocks) and INT4 GEMV, all input/output mode
 
             auto xf = random_floats(K, r, 2.f);
             auto nw = random_bf16_values(K, r);
-            double ss = 0;
-            for (float v : xf) ss += (double)v * v;
-            double inv = 1 / std::sqrt(ss / K + 1e-6);
-            std::vector<float> normed(K);
-            for (int k = 0; k < K; k++) normed[k] = round_to_bf16((float)(xf[k] * inv * nw[k]));
+            std::vector<float> normed = rmsnorm_as_staged(xf, nw);
             DeviceVec<float> d_xf(xf);
             DeviceVec<bf16> d_nw(to_bf16(nw));
             d_y.poison();
@@ -205,11 +211,7 @@ TEST_CASE("expert GEMVs: gate_up with RMSNorm and SwiGLU, then down, for the exp
         DeviceVec<int> d_idx(idx);
         auto xf = random_floats(dim, r, 2.f);
         auto nw = random_bf16_values(dim, r);
-        double ss = 0;
-        for (float v : xf) ss += (double)v * v;
-        double inv = 1 / std::sqrt(ss / dim + 1e-6);
-        std::vector<float> normed(dim);
-        for (int i = 0; i < dim; i++) normed[i] = round_to_bf16((float)(xf[i] * inv * nw[i]));
+        std::vector<float> normed = rmsnorm_as_staged(xf, nw);
         DeviceVec<float> d_xf(xf);
         DeviceVec<bf16> d_nw(to_bf16(nw)), d_h((size_t)k * f);
         DeviceVec<float> d_y((size_t)k * dim);

@@ -50,7 +50,7 @@ inline std::vector<int> batch_line_ids(const BatchLine& line, const Options& o, 
     *max_tokens = -1;
     *chat = tok && !o.raw && !ct.empty();
     if (line.text[line.text.find_first_not_of(" \t")] != '{') return prompt_ids(o, line.text, vocab, tok, ct);
-    nlohmann::json j = nlohmann::json::parse(line.text, nullptr, false);
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(line.text, nullptr, false);  // tool schemas keep their key order
     if (j.is_discarded() || !j.is_object()) die("not a valid JSON object");
     if (j.contains("max_tokens")) {
         if (!j["max_tokens"].is_number_integer() || j["max_tokens"].get<long long>() < 0 || j["max_tokens"].get<long long>() > 1 << 30)
@@ -75,9 +75,7 @@ inline std::vector<int> batch_line_ids(const BatchLine& line, const Options& o, 
     }
     if (ct.empty()) die("\"messages\" needs a chat template (this checkpoint has none)");
     *chat = true;
-    if (!j.contains("tools")) return chat_prompt_ids(o, msgs, vocab, *tok, ct);
-    nlohmann::ordered_json tools = nlohmann::ordered_json::parse(j["tools"].dump());
-    return chat_prompt_ids(o, msgs, vocab, *tok, ct, &tools);
+    return chat_prompt_ids(o, msgs, vocab, *tok, ct, j.contains("tools") ? &j["tools"] : nullptr);  // else --tools
 }
 
 template <class M>

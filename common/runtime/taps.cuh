@@ -48,24 +48,12 @@ struct Taps {
     }
 
     void bf16(const std::string& name, const monocu::bf16* d, int rows, int cols, cudaStream_t s) {
-        if (!on()) return;
-        std::vector<uint16_t> raw((size_t)rows * cols);
-        CUDA_CHECK(cudaMemcpyAsync(raw.data(), d, raw.size() * 2, cudaMemcpyDeviceToHost, s));
-        CUDA_CHECK(cudaStreamSynchronize(s));
-        std::vector<float>& h = rows_of(name, cols, rows);
-        size_t at = h.size() - raw.size();
-        for (size_t i = 0; i < raw.size(); i++) h[at + i] = bf16_bits_to_float(raw[i]);
+        widen(name, reinterpret_cast<const uint16_t*>(d), rows, cols, s, [](uint16_t b) { return bf16_bits_to_float(b); });
     }
 
     // int32 values (a mixture's expert choices: routing_NN, [T][k]), stored as float32 like every tap.
     void i32(const std::string& name, const int* d, int rows, int cols, cudaStream_t s) {
-        if (!on()) return;
-        std::vector<int> raw((size_t)rows * cols);
-        CUDA_CHECK(cudaMemcpyAsync(raw.data(), d, raw.size() * 4, cudaMemcpyDeviceToHost, s));
-        CUDA_CHECK(cudaStreamSynchronize(s));
-        std::vector<float>& h = rows_of(name, cols, rows);
-        size_t at = h.size() - raw.size();
-        for (size_t i = 0; i < raw.size(); i++) h[at + i] = (float)raw[i];
+        widen(name, d, rows, cols, s, [](int v) { return (float)v; });
     }
 
     void ids(const std::string& name, const std::vector<int>& v) const {
@@ -82,6 +70,18 @@ struct Taps {
     }
 
 private:
+    // Device values of another type, brought back and appended as float32 rows.
+    template <class T, class F>
+    void widen(const std::string& name, const T* d, int rows, int cols, cudaStream_t s, F to_float) {
+        if (!on()) return;
+        std::vector<T> raw((size_t)rows * cols);
+        CUDA_CHECK(cudaMemcpyAsync(raw.data(), d, raw.size() * sizeof(T), cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        std::vector<float>& h = rows_of(name, cols, rows);
+        size_t at = h.size() - raw.size();
+        for (size_t i = 0; i < raw.size(); i++) h[at + i] = to_float(raw[i]);
+    }
+
     struct Tap {
         size_t cols = 0;
         std::vector<float> data;

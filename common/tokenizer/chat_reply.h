@@ -126,30 +126,9 @@ inline size_t skip_space(const std::string& s, size_t i) {
 
 inline bool starts_at(const std::string& s, size_t i, const char* tag) { return s.compare(i, std::strlen(tag), tag) == 0; }
 
-// Where the JSON object or array starting at s[i] ends (one past its closing bracket), or npos when it does not
-// close or nests deeper than kMaxDepth. Brackets inside strings do not count.
-inline size_t json_end(const std::string& s, size_t i) {
-    if (i >= s.size() || (s[i] != '{' && s[i] != '[')) return std::string::npos;
-    int depth = 0;
-    bool in_str = false;
-    for (size_t k = i; k < s.size(); k++) {
-        char c = s[k];
-        if (in_str) {
-            if (c == '\\') k++;
-            else if (c == '"') in_str = false;
-        } else if (c == '"') {
-            in_str = true;
-        } else if (c == '{' || c == '[') {
-            if (++depth > kMaxDepth) return std::string::npos;
-        } else if (c == '}' || c == ']') {
-            if (--depth == 0) return k + 1;
-        }
-    }
-    return std::string::npos;
-}
-
-// The JSON value s[i, end), or a discarded value when it is not JSON or nests deeper than kMaxDepth.
-inline ojson parse_json(const std::string& s, size_t i, size_t end) {
+// Scans s[i, end) skipping strings and counting bracket depth: returns one past the bracket that closes the one at
+// s[i] when until_close, else `end`; npos when the nesting goes deeper than kMaxDepth, or (until_close) never closes.
+inline size_t json_scan(const std::string& s, size_t i, size_t end, bool until_close) {
     int depth = 0;
     bool in_str = false;
     for (size_t k = i; k < end; k++) {
@@ -159,13 +138,34 @@ inline ojson parse_json(const std::string& s, size_t i, size_t end) {
             else if (c == '"') in_str = false;
         } else if (c == '"') {
             in_str = true;
-        } else if ((c == '{' || c == '[') && ++depth > kMaxDepth) {
-            return ojson(ojson::value_t::discarded);
-        } else if (c == '}' || c == ']') {
-            depth--;
+        } else if (c == '{' || c == '[') {
+            if (++depth > kMaxDepth) return std::string::npos;
+        } else if ((c == '}' || c == ']') && --depth == 0 && until_close) {
+            return k + 1;
         }
     }
+    return until_close ? std::string::npos : end;
+}
+
+// Where the JSON object or array starting at s[i] ends (one past its closing bracket), or npos when it does not
+// close or nests deeper than kMaxDepth. Brackets inside strings do not count.
+inline size_t json_end(const std::string& s, size_t i) {
+    if (i >= s.size() || (s[i] != '{' && s[i] != '[')) return std::string::npos;
+    return json_scan(s, i, s.size(), true);
+}
+
+// The JSON value s[i, end), or a discarded value when it is not JSON or nests deeper than kMaxDepth.
+inline ojson parse_json(const std::string& s, size_t i, size_t end) {
+    if (json_scan(s, i, end, false) == std::string::npos) return ojson(ojson::value_t::discarded);
     return ojson::parse(s.begin() + (long)i, s.begin() + (long)end, nullptr, false);
+}
+
+// The JSON object or array that starts at s[i] and closes at or before `stop` (*end: one past it), or a
+// discarded value.
+inline ojson parse_json_at(const std::string& s, size_t i, size_t stop, size_t* end) {
+    *end = json_end(s, i);
+    if (*end == std::string::npos || *end > stop) return ojson(ojson::value_t::discarded);
+    return parse_json(s, i, *end);
 }
 inline ojson parse_json(const std::string& s) { return parse_json(s, 0, s.size()); }
 
@@ -480,9 +480,9 @@ inline void parse_llama3(const std::string& s, Builder& b) {
         size_t i = 0;
         bool ok = true;
         while (ok && i < body.size()) {
-            size_t end = json_end(body, i);
+            size_t end;
             ToolCall c;
-            ojson j = end == std::string::npos ? ojson(ojson::value_t::discarded) : parse_json(body, i, end);
+            ojson j = parse_json_at(body, i, body.size(), &end);
             if (j.is_discarded()) ok = false, why = "not valid JSON";
             else if (!call_from_json(j, c, why)) ok = false;
             else calls.push_back(c), i = skip_space(body, end);
@@ -530,8 +530,8 @@ inline void parse_mistral(const std::string& s, Builder& b) {
         std::vector<ToolCall> calls;
         bool ok = false;
         if (i < s.size() && s[i] == '[') {  // [{"name": ..., "arguments": ..., "id": ...}, ...]
-            size_t end = json_end(s, i);
-            ojson j = end == std::string::npos || end > stop ? ojson(ojson::value_t::discarded) : parse_json(s, i, end);
+            size_t end;
+            ojson j = parse_json_at(s, i, stop, &end);
             if (j.is_discarded() || !j.is_array()) why = "not a JSON list";
             else {
                 ok = true;
@@ -559,8 +559,8 @@ inline void parse_mistral(const std::string& s, Builder& b) {
                 size_t cid = head.find("[CALL_ID]");
                 c.name = trim(head.substr(0, cid));
                 if (cid != std::string::npos) c.id = trim(head.substr(cid + 9));
-                size_t j0 = skip_space(s, args + 6), end = json_end(s, j0);
-                ojson j = end == std::string::npos || end > stop ? ojson(ojson::value_t::discarded) : parse_json(s, j0, end);
+                size_t end;
+                ojson j = parse_json_at(s, skip_space(s, args + 6), stop, &end);
                 if (c.name.empty() || c.name.find_first_of("[]{} ") != std::string::npos) ok = false, why = "no function name before [ARGS]";
                 else if (j.is_discarded() || !arguments_text(j, c.arguments)) ok = false, why = "the arguments of '" + c.name + "' are not a JSON object";
                 else calls.push_back(c), k = skip_space(s, end);
