@@ -78,6 +78,11 @@ TEST_CASE("bad flags and values are one-line usage errors naming the flag") {
     CHECK(usage_error({"-m", "d", "--bench", "--n-prompt", "512,0"}) == "--n-prompt: 0 is out of range [1, 2147483647]");
     CHECK(usage_error({"-m", "d", "-p", "x", "--dtype", "fp4"}) == "--dtype: 'fp4' is not one of bf16, fp8, int4");
     CHECK(usage_error({"-m", "d", "-p", "x", "--kv-type", "int8"}) == "--kv-type: 'int8' is not one of bf16, fp8");
+    CHECK(usage_error({"-m", "d", "-p", "x", "--kv-window", "8"}) == "--kv-window needs --kv-budget");
+    CHECK(usage_error({"-m", "d", "-p", "x", "--kv-budget", "8", "--kv-window", "9"}) == "--kv-window 9 is larger than --kv-budget 8");
+    CHECK(usage_error({"-m", "d", "-p", "x", "--kv-budget", "0"}) == "--kv-budget: 0 is out of range [1, 2147483647]");
+    CHECK(parse({"-m", "d", "-p", "x", "--kv-budget", "9"}).kv_window == 5);  // half the budget, rounded up
+    CHECK(parse({"-m", "d", "-p", "x", "--kv-budget", "9", "--kv-window", "9"}).kv_window == 9);
     CHECK(usage_error({"-p", "x"}) == "-m MODEL_DIR is required");
     CHECK(usage_error({"-m", "d"}) == "give a prompt with -p, -f or --ids (or -cnv, -i FILE, --bench)");
     CHECK(usage_error({"-m", "d", "-p", "x", "-f", "y"}) == "give only one of -p, -f and --ids");

@@ -124,6 +124,53 @@ TEST_CASE("every engine matches transformers on the tiny test models") {
     }
 }
 
+// KV eviction (--kv-budget, ops/h2o.cuh) in every engine family: until the cache first holds more than the budget
+// the logits are the full cache's; after that they differ (some keys are gone) and stay finite; the prompt as
+// decode steps and in chunks. A sliding-window model refuses eviction in one line.
+TEST_CASE("KV eviction in every engine: the full cache's logits until the budget is reached, finite after") {
+    std::string root = "tests/data/models";
+    for (const char* name : {"tiny-gqa4", "tiny-llama3", "tiny-lfm2"}) {
+        CAPTURE(name);
+        std::string dir = root + "/" + name, engine = engine_for(dir);
+        REQUIRE_MESSAGE(access(engine.c_str(), X_OK) == 0, engine, " not built (run make)");
+        std::string cmd = engine + " -m " + dir + " --ids " + dir + "/prompt_ids.txt --temp 0 -q -c 256 -n 1";
+        for (int ub : {1, 16}) {  // 100 prompt tokens; with chunks of 16, the cache first overflows 40 rows after the 3rd (48)
+            CAPTURE(ub);
+            int same_until = ub == 1 ? 41 : 48;
+            TempDir full, evict;
+            std::string log, u = " -ub " + std::to_string(ub);
+            REQUIRE_MESSAGE(run_command(cmd + u + " --dump-dir " + full.path, &log) == 0, log);
+            REQUIRE_MESSAGE(run_command(cmd + u + " --kv-budget 40 --kv-window 10 --dump-dir " + evict.path, &log) == 0, log);
+            NpyArray a = npy_read(full / "logits.npy"), b = npy_read(evict / "logits.npy");
+            REQUIRE(a.shape == b.shape);
+            size_t vocab = a.shape.back(), rows = a.data.size() / vocab;
+            REQUIRE(rows == 100);
+            double before = 0, after = 0, norm = 0;
+            size_t non_finite = 0;
+            for (size_t i = 0; i < a.data.size(); i++) {
+                double d = (double)a.data[i] - b.data[i];
+                non_finite += !std::isfinite(b.data[i]);
+                if (i / vocab < (size_t)same_until) before = std::max(before, std::fabs(d));
+                else after = std::max(after, std::fabs(d));
+                norm = std::max(norm, std::fabs((double)a.data[i]));
+            }
+            CHECK(non_finite == 0);
+            CHECK_MESSAGE(before < 1e-3 * norm, "before the first eviction, max |diff| ", before, " of max |logit| ", norm);
+            CHECK_MESSAGE(after > 1e-3 * norm, "after it, max |diff| ", after);
+        }
+        // A budget that holds the whole context evicts nothing: the same logits.
+        TempDir full, big;
+        std::string log;
+        REQUIRE_MESSAGE(run_command(cmd + " --dump-dir " + full.path, &log) == 0, log);
+        REQUIRE_MESSAGE(run_command(cmd + " --kv-budget 256 --dump-dir " + big.path, &log) == 0, log);
+        CHECK(npy_read(full / "logits.npy").data == npy_read(big / "logits.npy").data);
+    }
+    std::string dir = root + "/tiny-mistral", log;
+    int rc = run_command(engine_for(dir) + " -m " + dir + " --ids " + dir + "/prompt_ids.txt -q -n 1 --kv-budget 40", &log);
+    CHECK(rc != 0);
+    CHECK_MESSAGE(log.find("sliding-window") != std::string::npos, log);
+}
+
 // The model shipped in models/ against transformers on three prompts (tests/data/golden/): our tokenizer
 // gives transformers' prompt ids, every tap is within rel-L2 2e-2 of the float32 dump, and the greedy
 // 128 tokens (or up to the end-of-text token) equal transformers bf16's token for token.

@@ -47,6 +47,8 @@ struct Options {
     std::string dtype = "bf16";    // --dtype: weight format on the GPU (default: bf16, or what a quantized checkpoint holds)
     bool dtype_set = false;
     std::string kv_type = "bf16";  // --kv-type: KV-cache format
+    int kv_budget = 0;         // --kv-budget: H2O eviction keeps this many tokens per head (0: off)
+    int kv_window = 0;         // --kv-window: ... of which the newest this many always (0: half the budget)
     std::string dump_dir;      // --dump-dir: float32 .npy per tap for the prompt positions
     bool dump_inputs = false;  // --dump-inputs: with --dump-dir, also every projection's input (tools/quantize --calib)
     std::string force_routing; // --force-routing: a mixture's expert choices from DIR/routing_NN.npy (oracle/dump.py)
@@ -91,6 +93,9 @@ inline void print_usage(FILE* out, const char* engine) {
                  "  -s, --seed N           sampling seed (default: from the clock)\n"
                  "      --dtype T          weights on the GPU: bf16 | fp8 | int4 (default bf16)\n"
                  "      --kv-type T        KV cache: bf16 | fp8 (default bf16)\n"
+                 "      --kv-budget N      H2O eviction: each attention head keeps N tokens, the --kv-window newest and the\n"
+                 "                         rest by accumulated attention (default off; the cache holds N + -ub rows)\n"
+                 "      --kv-window W      with --kv-budget: the newest W tokens always stay (default N / 2)\n"
                  "  -ub, --ubatch-size N   prompt tokens per forward pass (default 2048; 1 runs a prompt as decode steps)\n"
                  "      --kv-prefill-cache the prompt attends through the KV cache, as decode does, not to its own\n"
                  "                         fp16 keys (to measure what the cache's rounding costs)\n"
@@ -192,6 +197,8 @@ inline Options parse_cli(int argc, char** argv) {
         }
         else if (a == "--dtype") { o.dtype = parse_choice(a, value(), {"bf16", "fp8", "int4"}); o.dtype_set = true; }
         else if (a == "--kv-type") o.kv_type = parse_choice(a, value(), {"bf16", "fp8"});
+        else if (a == "--kv-budget") o.kv_budget = static_cast<int>(parse_int(a, value(), 1, kIntMax));
+        else if (a == "--kv-window") o.kv_window = static_cast<int>(parse_int(a, value(), 1, kIntMax));
         else if (a == "--dump-dir") o.dump_dir = value();
         else if (a == "--force-routing") o.force_routing = value();
         else if (a == "--dump-inputs") o.dump_inputs = true;
@@ -227,6 +234,9 @@ inline Options parse_cli(int argc, char** argv) {
     if (o.quiet && o.verbose) die_usage("-q and -v contradict each other");
     if (!o.timeline_file.empty() && !o.bench) die_usage("--timeline needs --bench");
     if (o.dump_inputs && o.dump_dir.empty()) die_usage("--dump-inputs needs --dump-dir");
+    if (o.kv_window && !o.kv_budget) die_usage("--kv-window needs --kv-budget");
+    if (o.kv_window > o.kv_budget) die_usage("--kv-window %d is larger than --kv-budget %d", o.kv_window, o.kv_budget);
+    if (o.kv_budget && !o.kv_window) o.kv_window = (o.kv_budget + 1) / 2;
     return o;
 }
 

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 
     const int qb = blockIdx.x, h = blockIdx.y, kvh = h / (nh / nkv);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int pos0 = *d_pos;
+    const int pos0 = kv_row(ap, *d_pos);  // the cache row of the first query (its position, unless KV eviction keeps fewer)
     const int row_lo = qb * kAttnQ + warp * 16 + g, row_hi = row_lo + 8;  // this thread's two query rows
     const int n_keys = pos0 + min(T, (qb + 1) * kAttnQ);                  // causal limit for the block
     const int key_lo = attn_first_key(ap, pos0 + qb * kAttnQ) / kAttnK * kAttnK;  // first tile any row sees
@@ -182,6 +182,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
     float inv_lo = 1.f / l_lo, inv_hi = 1.f / l_hi;
+    if (ap.h2o_stats && t == 0) {  // KV eviction: each query's softmax max and sum (h2o.cuh turns scores into probabilities)
+        if (row_lo < T) ap.h2o_stats[(size_t)row_lo * nh + h] = make_float2(m_lo, l_lo);
+        if (row_hi < T) ap.h2o_stats[(size_t)row_hi * nh + h] = make_float2(m_hi, l_hi);
+    }
 #pragma unroll
     for (int d = 0; d < HD / 8; d++) {
         int col = h * HD + d * 8 + 2 * t;

@@ -10,6 +10,9 @@
 // Options the next families need are fields here, so that they reach every attention kernel the same way:
 // softcap (Gemma 2: scores s -> c tanh(s / c)) and sinks (GPT-OSS: one learned logit per head that joins the
 // softmax denominator) are declared, and refused by attn_params_check until their kernels exist.
+//
+// KV eviction (ops/h2o.cuh) is not a family's option but the runtime's; the kit's attention layer sets its three
+// fields, which change where a position's keys live (kv_row) and make the kernels record what H2O accumulates.
 #pragma once
 
 #include "host/errors.h"
@@ -20,12 +23,22 @@ struct AttnParams {
     int window = 0;                // 0: full causal; W > 0: keys (i - W, i] for a query at position i
     float softcap = 0.f;           // not implemented yet (attn_params_check refuses it)
     const float* sinks = nullptr;  // [n_heads] not implemented yet (attn_params_check refuses it)
+    // KV eviction (h2o.cuh), set by runtime/attention_layer.cuh:
+    int kv_budget = 0;              // 0: position p lives in cache row p. N > 0: the cache keeps at most N rows between
+                                    // passes, so a pass whose first token is at p writes rows min(p, N) onwards (kv_row)
+    float* h2o_scores = nullptr;    // decode: each key's score q.k (log2 units, as the softmax takes it) [n_heads][rows]
+    float2* h2o_stats = nullptr;    // each query's softmax (max, sum): decode [n_heads], prefill [T][n_heads]
 };
+
+// The cache row of the first token of a pass at position pos (every later token of the pass follows it).
+__host__ __device__ __forceinline__ int kv_row(const AttnParams& p, int pos) { return p.kv_budget > 0 && pos > p.kv_budget ? p.kv_budget : pos; }
 
 inline void attn_params_check(const AttnParams& p, const char* who) {
     if (p.window < 0) die("%s: sliding window %d is negative", who, p.window);
     if (p.softcap != 0.f) die("%s: attention logit softcapping is not implemented", who);
     if (p.sinks) die("%s: attention sinks are not implemented", who);
+    if (p.kv_budget < 0) die("%s: KV budget %d is negative", who, p.kv_budget);
+    if (p.kv_budget > 0 && p.window > 0) die("%s: KV eviction (--kv-budget) on a sliding-window layer is not implemented", who);
 }
 
 // The first key a query at position pos may see.

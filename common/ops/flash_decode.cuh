@@ -104,11 +104,11 @@ __device__ __forceinline__ void flash_decode_prefetch_norm_rope(const DecodeQkv&
     if (base) asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(base) + line * 128));
 }
 
-// Warp-wide (slot 0's lanes store): the new token's cache row of KV head kvh at position pos, to the cache
-// and to `keep`.
+// Warp-wide (slot 0's lanes store): the new token's cache row of KV head kvh, rotated for position pos, to
+// cache row `at` (pos itself unless KV eviction keeps fewer rows: kv_row) and to `keep`.
 template <int HD, KvType KV>
 __device__ __forceinline__ void flash_decode_store_new_row(const DecodeQkv& in, const KvLayer& kv, int n_heads, int n_kv, int kvh, int pos,
-                                                           int ctx, int dl, bool writer, FdNewRow<HD>& keep) {
+                                                           int at, int ctx, int dl, bool writer, FdNewRow<HD>& keep) {
     constexpr int LPK = HD / 8;
     const float* k_raw = in.qkv + (size_t)(n_heads + kvh) * HD + dl * 8;
     const float* v_raw = in.qkv + (size_t)(n_heads + n_kv + kvh) * HD + dl * 8;
@@ -119,7 +119,7 @@ __device__ __forceinline__ void flash_decode_store_new_row(const DecodeQkv& in, 
     uint4 pk, pv;
     float sk = kv_pack_8<KV, LPK>(k, pk), sv = kv_pack_8<KV, LPK>(v, pv);
     if (!writer) return;
-    size_t row = (size_t)kvh * ctx + pos;
+    size_t row = (size_t)kvh * ctx + at;
     kv_put_8<KV, LPK>(kv.k, kv.k_scale, row, dl, pk, sk);
     kv_put_8<KV, LPK>(kv.v, kv.v_scale, row, dl, pv, sv);
     kv_put_8<KV, LPK>(keep.k, &keep.k_scale, 0, dl, pk, sk);  // row 0 of a one-row "cache"
@@ -283,8 +283,10 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
     pdl_launch_dependents();
     const int split = blockIdx.x, kvh = blockIdx.y, n_kv = gridDim.y, n_heads = n_kv * G;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int pos = *d_pos, first = attn_first_key(ap, pos), len = pos + 1 - first, chunk = flash_decode_chunk(len, n_splits, min_chunk);
-    const int begin = first + split * chunk, end = min(pos + 1, begin + chunk);  // keys first .. pos, split
+    // pos: the token's position (its RoPE row); at: its cache row (pos, unless KV eviction keeps fewer rows)
+    const int pos = *d_pos, at = kv_row(ap, pos), first = attn_first_key(ap, at), len = at + 1 - first;
+    const int chunk = flash_decode_chunk(len, n_splits, min_chunk);
+    const int begin = first + split * chunk, end = min(at + 1, begin + chunk);  // keys first .. at, split
     const int n_active = flash_decode_active_splits(len, chunk, n_splits);
     if (split >= n_active) return;  // an idle split (short context): whole block, before any dependent read
     const bool fused = in.qkv != nullptr;
@@ -298,7 +300,7 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
     auto tile_key0 = [&](int j) { return begin + T::kKeys * (warp + kFdWarps * j); };  // this warp's j-th tile
     auto issue = [&](int j) {
         int key0 = tile_key0(j);
-        if (key0 < end) flash_decode_issue_tile<HD, KV>(ws, j % NS, k_rows, v_rows, ks, vs, key0, end, pos, lane);
+        if (key0 < end) flash_decode_issue_tile<HD, KV>(ws, j % NS, k_rows, v_rows, ks, vs, key0, end, at, lane);
         else cp_async_commit();  // an empty group keeps "group j = tile j"
     };
 #pragma unroll
@@ -321,8 +323,8 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
 #pragma unroll
                 for (int j = 0; j < 8; j++) sq[gh][dl * 8 + j] = __float2bfloat16_rn(x[j]);
         }
-        if (warp == 0 && begin <= pos && pos < end)
-            flash_decode_store_new_row<HD, KV>(in, kv, n_heads, n_kv, kvh, pos, ctx, lane % LPK, lane / LPK == 0, new_row);
+        if (warp == 0 && begin <= at && at < end)
+            flash_decode_store_new_row<HD, KV>(in, kv, n_heads, n_kv, kvh, pos, at, ctx, lane % LPK, lane / LPK == 0, new_row);
         __syncthreads();  // sq, and the new row, which only this block reads
         q_rows = &sq[0][0];
         TRACE_MARK(2);
@@ -342,8 +344,8 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
         issue(j + NS - 1);        // so NS - 1 tiles are in flight while this one is waited for and multiplied
         cp_async_wait<NS - 1>();  // this lane's copies of tile j have landed ...
         __syncwarp();             // ... and so have the other lanes'
-        if (key0 <= pos && pos < key0 + T::kKeys)
-            flash_decode_fix_row<HD, KV>(ws, stage, k_rows, v_rows, ks, vs, pos - key0, pos, fused ? &new_row : nullptr, lane);
+        if (key0 <= at && at < key0 + T::kKeys)
+            flash_decode_fix_row<HD, KV>(ws, stage, k_rows, v_rows, ks, vs, at - key0, at, fused ? &new_row : nullptr, lane);
         if constexpr (FP8) flash_decode_convert_fp8<HD>(ws, stage, lane);
         const uint16_t* Kt = T::mma_tile(ws, stage, 0);
         const uint16_t* Vt = T::mma_tile(ws, stage, 1);
@@ -377,6 +379,7 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
                 if (FP8) v *= T::scales(ws, stage, 0)[r];
                 p[nt][e] = key0 + r < end ? v : -INFINITY;
                 mx = fmaxf(mx, p[nt][e]);
+                if (ap.h2o_scores && g < G && key0 + r < end) ap.h2o_scores[(size_t)(kvh * G + g) * ctx + key0 + r] = v;  // KV eviction
             }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));  // key0 is valid, so mx is finite
@@ -464,7 +467,7 @@ __global__ void __launch_bounds__(32)
     TRACE_BEGIN();
     pdl_launch_dependents();
     const int h = blockIdx.x, grp = threadIdx.x / 8, d = blockIdx.y * 32 + (threadIdx.x % 8) * 4;
-    const int len = *d_pos + 1 - attn_first_key(ap, *d_pos);
+    const int at = kv_row(ap, *d_pos), len = at + 1 - attn_first_key(ap, at);
     const int n_active = flash_decode_active_splits(len, flash_decode_chunk(len, n_splits, min_chunk), n_splits);
     const float2* ml = part_ml + (size_t)h * n_splits;
     const float* po = part_o + (size_t)h * n_splits * HD + d;
@@ -507,6 +510,7 @@ __global__ void __launch_bounds__(32)
         o.x = o.x * a + oo.x * b, o.y = o.y * a + oo.y * b, o.z = o.z * a + oo.z * b, o.w = o.w * a + oo.w * b;
         L = L * a + Lo * b, M = Mn;
     }
+    if (ap.h2o_stats && blockIdx.y == 0 && threadIdx.x == 0) ap.h2o_stats[h] = make_float2(M, L);  // KV eviction
     if (grp == 0) {
         float inv_L = 1.f / L;
         uint2 packed = make_uint2(pack_bf16x2(o.x * inv_L, o.y * inv_L), pack_bf16x2(o.z * inv_L, o.w * inv_L));

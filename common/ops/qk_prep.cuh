@@ -13,6 +13,7 @@
 //   qk_norm_rope_cache(..., eps, stream, fresh, fresh_rows);   // also k and v in fp16 into fresh (an fp16 KvLayer
 //                      of fresh_rows rows per head), rows 0..T-1: the chunk's keys as computed, before the
 //                      cache rounds them to bf16 or e4m3 (the engine's first prefill chunk attends to these)
+//   ..., fresh, fresh_rows, kv_budget)   with KV eviction (h2o.cuh) the rows are kv_row(pos) .. + T - 1, not pos ..
 #pragma once
 
 #include "gpu/pdl.cuh"
@@ -30,7 +31,7 @@ template <KvType KV, int HD>
 __global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, const int* __restrict__ d_pos,
                                           const bf16* __restrict__ q_norm_w, const bf16* __restrict__ k_norm_w,
                                           const float2* __restrict__ rope, __half* __restrict__ q_out, KvLayer kv, int nh,
-                                          int nkv, int ctx, float eps, KvLayer fresh, int fresh_rows) {
+                                          int nkv, int ctx, float eps, KvLayer fresh, int fresh_rows, int kv_budget) {
     constexpr int LPK = HD / 8, heads_per_warp = 32 / LPK;
     pdl_launch_dependents();
     pdl_wait();
@@ -38,7 +39,8 @@ __global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, const i
     const int head = (blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5)) * heads_per_warp + lane / LPK;
     const int h = min(head, n_all - 1);  // lanes past the last head redo it (every lane joins the shuffles), store nothing
     const bool is_q = h < nh, is_v = h >= nh + nkv;
-    const int pos = *d_pos + t;
+    const int pos = *d_pos + t;  // RoPE's position; the cache row is the same unless KV eviction keeps fewer rows
+    const int row = (kv_budget > 0 && *d_pos > kv_budget ? kv_budget : *d_pos) + t;
     float x[8];
     load_float8(qkv + ((size_t)t * n_all + h) * HD + dl * 8, x);
     head_norm_rope_8<LPK>(x, is_q ? q_norm_w : k_norm_w, rope, pos, dl, eps, !is_v);
@@ -50,32 +52,33 @@ __global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, const i
         return;
     }
     const int kvh = is_v ? h - nh - nkv : h - nh;
-    kv_put_8<KV, LPK>(is_v ? kv.v : kv.k, is_v ? kv.v_scale : kv.k_scale, (size_t)kvh * ctx + pos, dl, packed, scale);
+    kv_put_8<KV, LPK>(is_v ? kv.v : kv.k, is_v ? kv.v_scale : kv.k_scale, (size_t)kvh * ctx + row, dl, packed, scale);
     if (fresh.k) kv_put_8<KvType::F16, LPK>(is_v ? fresh.v : fresh.k, nullptr, (size_t)kvh * fresh_rows + t, dl, float8_to_half8_sat(x), 1.f);
 }
 
 template <int HD>
 inline void qk_norm_rope_cache_launch(const float* qkv, int T, const int* d_pos, const bf16* q_norm_w, const bf16* k_norm_w,
                                       const RopeTable& rope, __half* q_out, KvType kv_type, const KvLayer& kv, int nh, int nkv, int ctx,
-                                      float eps, const KvLayer& fresh, int fresh_rows, cudaStream_t stream) {
+                                      float eps, const KvLayer& fresh, int fresh_rows, int kv_budget, cudaStream_t stream) {
     constexpr int kWarps = 8, heads_per_block = kWarps * 32 / (HD / 8);
     dim3 grid(CEIL_DIV(nh + 2 * nkv, heads_per_block), T);
     auto kernel = kv_type == KvType::BF16 ? qk_norm_rope_cache_kernel<KvType::BF16, HD> : qk_norm_rope_cache_kernel<KvType::FP8, HD>;
-    launch(kernel, grid, kWarps * 32, 0, stream, qkv, d_pos, q_norm_w, k_norm_w, rope.cos_sin, q_out, kv, nh, nkv, ctx, eps, fresh, fresh_rows);
+    launch(kernel, grid, kWarps * 32, 0, stream, qkv, d_pos, q_norm_w, k_norm_w, rope.cos_sin, q_out, kv, nh, nkv, ctx, eps, fresh, fresh_rows, kv_budget);
 }
 
 inline void qk_norm_rope_cache(const float* qkv, int T, const int* d_pos, const bf16* q_norm_w, const bf16* k_norm_w,
                                const RopeTable& rope, __half* q_out, KvType kv_type, const KvLayer& kv, int nh, int nkv, int hd,
-                               int ctx, float eps, cudaStream_t stream, const KvLayer& fresh = KvLayer{}, int fresh_rows = 0) {
+                               int ctx, float eps, cudaStream_t stream, const KvLayer& fresh = KvLayer{}, int fresh_rows = 0,
+                               int kv_budget = 0) {
     if (hd != 64 && hd != 128) die("qk_norm_rope_cache: head_dim %d is not supported (64, 128)", hd);
     if (kv_type == KvType::F16) die("qk_norm_rope_cache: the cache is bf16 or FP8 (fp16 is only the copy beside it)");
     if (rope.cos_sin && (rope.half != hd / 2 || rope.max_pos < ctx)) die("qk_norm_rope_cache: rope table does not match head_dim/context");
     if (fresh.k && T > fresh_rows) die("qk_norm_rope_cache: %d tokens do not fit the %d rows of the fp16 copy", T, fresh_rows);
     if (T <= 0) return;
     if (hd == 64)
-        qk_norm_rope_cache_launch<64>(qkv, T, d_pos, q_norm_w, k_norm_w, rope, q_out, kv_type, kv, nh, nkv, ctx, eps, fresh, fresh_rows, stream);
+        qk_norm_rope_cache_launch<64>(qkv, T, d_pos, q_norm_w, k_norm_w, rope, q_out, kv_type, kv, nh, nkv, ctx, eps, fresh, fresh_rows, kv_budget, stream);
     else
-        qk_norm_rope_cache_launch<128>(qkv, T, d_pos, q_norm_w, k_norm_w, rope, q_out, kv_type, kv, nh, nkv, ctx, eps, fresh, fresh_rows, stream);
+        qk_norm_rope_cache_launch<128>(qkv, T, d_pos, q_norm_w, k_norm_w, rope, q_out, kv_type, kv, nh, nkv, ctx, eps, fresh, fresh_rows, kv_budget, stream);
 }
 
 }  // namespace monocu

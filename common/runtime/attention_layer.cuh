@@ -4,7 +4,8 @@
 //
 // Usage:
 //   Attention a = attention_create(AttnSpec{layers, n_heads, n_kv, head_dim, eps}, KvType::FP8, ctx, slots,
-//                                  max_tokens, prefill_via_cache, mem);      // the runner, once
+//                                  max_tokens, prefill_via_cache, mem, KvEviction{budget, window});  // the runner,
+//                                  // once; with a budget (H2O, ops/h2o.cuh) the cache holds budget + max_tokens rows
 //   AttnLayer L{q_norm_w, k_norm_w, &rope, params};   // the engine, per layer: norms (null: none), rope
 //                                                     // (null: a NoPE layer), window (attn_params.cuh)
 //   attention(a, L, layer, qkv, batch, out, stream);  // qkv float [T][(n_heads + 2 n_kv) head_dim] (q heads,
@@ -19,11 +20,14 @@
 //     fp16 keeps 3 more bits than a bf16 cache (attention.cuh says why that matters). Later chunks need earlier
 //     positions, which only the cache holds; so does prefill_via_cache (--kv-prefill-cache), with which
 //     oracle/quant_eval.py measures what the FP8 cache's rounding costs;
-//   - several sequences in one pass (the batched core): refused until that issue lands.
+//   - several sequences in one pass (the batched core): refused until that issue lands;
+//   - with KV eviction on, after either: the pass's attention added to each row's sum, and the rows past the
+//     budget evicted (h2o.cuh). Positions then outrun cache rows: kv_row (attn_params.cuh) maps one to the other.
 #pragma once
 
 #include "ops/attention.cuh"
 #include "ops/flash_decode.cuh"
+#include "ops/h2o.cuh"
 #include "ops/qk_prep.cuh"
 #include "gpu/profile.cuh"
 #include "runtime/batch.cuh"
@@ -47,19 +51,24 @@ struct AttnLayer {
 
 struct Attention {
     AttnSpec spec;
-    KvCache kv;         // [layers][slots][n_kv][ctx][head_dim], bf16 or FP8 (kv_cache.cuh)
+    KvCache kv;         // [layers][slots][n_kv][rows][head_dim], bf16 or FP8 (kv_cache.cuh); rows = ctx without eviction
+    H2o h2o;            // KV eviction, when on
     FlashDecode fd;     // decode's split plan and partial results
     __half* q = nullptr;  // [max_tokens][n_heads][head_dim] a prefill chunk's queries (fp16: attention.cuh)
     KvLayer fresh;      // fp16 [n_kv][max_tokens][head_dim] keys and values of a chunk at position 0, or none
     int fresh_rows = 0;
 };
 
+// A budget that reaches the context evicts nothing and is dropped: the cache then holds every position, as without one.
 inline Attention attention_create(const AttnSpec& spec, KvType kv_type, int ctx, int slots, int max_tokens, bool prefill_via_cache,
-                                  GpuMemory& mem) {
+                                  GpuMemory& mem, const KvEviction& ev = {}) {
     Attention a;
     a.spec = spec;
-    a.kv = kv_cache_create(kv_type, spec.layers, spec.n_kv, ctx, spec.head_dim, mem, slots);
-    a.fd = flash_decode_plan(spec.n_heads, spec.n_kv, spec.head_dim, ctx, mem);
+    const bool evict = ev.budget > 0 && ev.budget + 1 < ctx;
+    const int rows = evict ? std::min(ctx, ev.budget + max_tokens) : ctx;
+    a.kv = kv_cache_create(kv_type, spec.layers, spec.n_kv, rows, spec.head_dim, mem, slots);
+    a.fd = flash_decode_plan(spec.n_heads, spec.n_kv, spec.head_dim, rows, mem);
+    if (evict) a.h2o = h2o_create(ev, spec.layers, slots, spec.n_heads, spec.n_kv, rows, max_tokens, mem);
     a.q = mem.alloc<__half>((size_t)max_tokens * spec.n_heads * spec.head_dim, "activations");
     if (!prefill_via_cache) {
         a.fresh.k = mem.alloc<__half>((size_t)max_tokens * spec.n_kv * spec.head_dim, "activations");
@@ -67,6 +76,13 @@ inline Attention attention_create(const AttnSpec& spec, KvType kv_type, int ctx,
         a.fresh_rows = max_tokens;
     }
     return a;
+}
+
+// For -v and --bench: ", H2O budget N (window W, R cache rows)" when eviction is on.
+inline std::string kv_eviction_note(const Attention& a) {
+    if (!a.h2o.on()) return "";
+    return ", H2O budget " + std::to_string(a.h2o.budget) + " (window " + std::to_string(a.h2o.window) + ", " + std::to_string(a.kv.ctx) +
+           " cache rows)";
 }
 
 // out = attention of the batch's queries over its sequence's cached positions (and its own), after writing
@@ -79,25 +95,41 @@ inline void attention(Attention& a, const AttnLayer& L, int layer, const float* 
     RopeTable rope;  // a view of the layer's table (no copy of its config), or none
     if (L.rope) rope.cos_sin = L.rope->cos_sin, rope.max_pos = L.rope->max_pos, rope.half = L.rope->half;
     const int T = b.n_tokens;
+    AttnParams ap = L.params;
+    if (a.h2o.on()) ap.kv_budget = a.h2o.budget, ap.h2o_scores = a.h2o.scores, ap.h2o_stats = a.h2o.stats;
     if (T == 1) {
-        OpScope op("attention", st);
-        DecodeQkv in{qkv, L.q_norm, L.k_norm, rope.cos_sin, s.eps};
-        flash_decode_fused(a.fd, in, a.kv.type, kv, b.pos, out, st, L.params);
+        {
+            OpScope op("attention", st);
+            DecodeQkv in{qkv, L.q_norm, L.k_norm, rope.cos_sin, s.eps};
+            flash_decode_fused(a.fd, in, a.kv.type, kv, b.pos, out, st, ap);
+        }
+        if (a.h2o.on()) {
+            OpScope op("kv eviction", st);
+            h2o_after_decode(a.h2o, layer, b.slot, a.kv.type, kv, s.head_dim, a.kv.ctx, b.pos, st);
+        }
         return;
     }
+    if (a.h2o.on() && b.pos0 < 0) die("attention: KV eviction needs a prefill pass's first position on the host");
     if (T > a.fresh_rows && a.fresh.k) die("attention: a chunk of %d tokens is larger than the %d planned", T, a.fresh_rows);
     const bool own = a.fresh.k && b.pos0 == 0;  // the chunk at position 0 reads its own fp16 keys and values
     if (L.rope && b.pos0 >= 0) rope.cos_sin = rope_rows_for(*L.rope, b.pos0, T, st);
     {
         OpScope op("q/k norm + rope + cache", st);
         qk_norm_rope_cache(qkv, T, b.pos, L.q_norm, L.k_norm, rope, a.q, a.kv.type, kv, s.n_heads, s.n_kv, s.head_dim, a.kv.ctx, s.eps,
-                           st, own ? a.fresh : KvLayer{}, a.fresh_rows);
+                           st, own ? a.fresh : KvLayer{}, a.fresh_rows, ap.kv_budget);
     }
     // Causal work: QK^T and PV over the keys before each query (an estimate past position 0 or with a window).
-    double keys = (b.pos0 > 0 ? b.pos0 : 0) + (T + 1) / 2.0;
-    OpScope op("attention", st, 4.0 * T * keys * s.n_heads * s.head_dim);
-    prefill_attention(a.q, own ? KvType::F16 : a.kv.type, own ? a.fresh : kv, b.pos, out, T, s.n_heads, s.n_kv, s.head_dim,
-                      own ? a.fresh_rows : a.kv.ctx, L.params, st);
+    double keys = (b.pos0 > 0 ? kv_row(ap, b.pos0) : 0) + (T + 1) / 2.0;
+    {
+        OpScope op("attention", st, 4.0 * T * keys * s.n_heads * s.head_dim);
+        prefill_attention(a.q, own ? KvType::F16 : a.kv.type, own ? a.fresh : kv, b.pos, out, T, s.n_heads, s.n_kv, s.head_dim,
+                          own ? a.fresh_rows : a.kv.ctx, ap, st);
+    }
+    if (a.h2o.on()) {
+        OpScope op("kv eviction", st);
+        h2o_after_prefill(a.h2o, layer, b.slot, a.q, own ? KvType::F16 : a.kv.type, own ? a.fresh : kv, own ? a.fresh_rows : a.kv.ctx,
+                          a.kv.type, kv, s.head_dim, a.kv.ctx, b.pos, b.pos0, T, st);
+    }
 }
 
 }  // namespace monocu

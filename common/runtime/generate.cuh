@@ -180,7 +180,9 @@ public:
         size_t reuse = 0;
         while (reuse < cached_.size() && reuse < prompt.size() && cached_[reuse] == prompt[reuse]) reuse++;
         if (reuse == prompt.size()) reuse--;  // the last prompt token runs again: its logits choose the first token
-        if (!m_.info().rewindable && reuse != cached_.size()) reuse = 0;  // a running state cannot go back: start over
+        // A running state (or an evicting KV cache, which has forgotten tokens) cannot go back: start over.
+        bool rewindable = m_.info().rewindable && !rt_.attn.h2o.on();
+        if (!rewindable && reuse != cached_.size()) reuse = 0;
         r.prompt_tokens = (int)prompt.size(), r.reused = (int)reuse;
         double t0 = wall_ms();
         prefill(prompt, (int)reuse);

@@ -141,7 +141,7 @@ int engine_main(int argc, char** argv) {
             std::fprintf(stderr, "warning: %s: %zu tensors are not used by %s, e.g. '%s'\n", o.model.c_str(), unused.size(), M::kName,
                          unused[0].c_str());
         rt.attn = attention_create(m.attn_spec(), o.kv_type == "fp8" ? KvType::FP8 : KvType::BF16, rt.ctx, rt.slots, rt.max_tokens,
-                                   o.kv_prefill_cache, rt.mem);
+                                   o.kv_prefill_cache, rt.mem, KvEviction{o.kv_budget, o.kv_window});
         linears_alloc(rt.lin, rt.max_tokens, !o.dump_dir.empty(), rt.mem);
         m.alloc(rt);
         Generator<M> g(m, rt, o.cuda_graphs, o.ubatch);
@@ -152,8 +152,8 @@ int engine_main(int argc, char** argv) {
         info = m.info();
         model_stats(info, rt);
         if (o.verbose || o.bench)
-            std::fprintf(stderr, "%s: %s; ctx %d; weights %s, kv %s; GPU memory: %s\n", M::kName, info.summary.c_str(), rt.ctx,
-                         wformat_name(rt.fmt), o.kv_type.c_str(), rt.mem.report().c_str());
+            std::fprintf(stderr, "%s: %s; ctx %d; weights %s, kv %s%s; GPU memory: %s\n", M::kName, info.summary.c_str(), rt.ctx,
+                         wformat_name(rt.fmt), o.kv_type.c_str(), kv_eviction_note(rt.attn).c_str(), rt.mem.report().c_str());
         if (o.bench) return bench(m, rt, g, o);
 
         SamplingParams sp = sampling_params(o, gen);
