@@ -23,6 +23,7 @@
 // (the engine's --no-pdl), which turns every launch() back into an ordinary one.
 #pragma once
 
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -73,6 +74,20 @@ inline void prefer_decode_carveout(void (*kernel)(Params...)) {
     static std::unordered_set<const void*> done;
     if (!done.insert(reinterpret_cast<const void*>(kernel)).second) return;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, kDecodeSharedCarveoutPct));
+}
+
+// Lets a kernel take `bytes` of dynamic shared memory (past the 48 KB default), once per kernel, before any graph
+// capture (the engine's first decode step is eager). Keyed by the kernel's address, never by a static flag in the
+// launcher: each translation unit has its own copy of a template kernel (a local symbol) and needs its own call, while a
+// static in an inline launcher is one for the whole program; the GPU tests, several translation units, launch the same
+// kernels (a shared flag once left a second unit's flash-decoding without its attribute: "invalid argument").
+template <class... Params>
+inline void allow_dynamic_smem(void (*kernel)(Params...), size_t bytes) {
+    static std::unordered_map<const void*, size_t> raised;
+    size_t& r = raised[reinterpret_cast<const void*>(kernel)];
+    if (r >= bytes) return;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    r = bytes;
 }
 
 template <class... Params, class... Args>

@@ -537,13 +537,9 @@ inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ct
 template <int HD, int G, KvType KV>
 inline void flash_decode_split_launch(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, const KvLayer& kv, const int* d_pos,
                                       bf16* out, const AttnParams& ap, cudaStream_t stream) {
-    static bool raised = false;  // one attribute call per instantiation, before any graph capture (eager warm-up)
     constexpr size_t ring = FdTiles<HD, KV>::kSmemBytes, merge = (size_t)kFdWarps * G * (HD * 4 + 8);  // the warps' merge reuses the ring
     constexpr size_t smem = ring > merge ? ring : merge;
-    if (!raised) {
-        CUDA_CHECK(cudaFuncSetAttribute(flash_decode_split_kernel<HD, G, KV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        raised = true;
-    }
+    allow_dynamic_smem(flash_decode_split_kernel<HD, G, KV>, smem);  // once, before any graph capture (eager warm-up)
     dim3 grid(fd.n_splits, fd.n_kv);
     float scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
     launch(flash_decode_split_kernel<HD, G, KV>, grid, kFdWarps * 32, smem, stream, q, in, kv, d_pos, fd.ctx, fd.n_splits, fd.min_chunk, scale_log2,

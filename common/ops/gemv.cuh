@@ -648,12 +648,8 @@ inline int gemv_resident_grid(Kernel kernel, size_t smem, int groups, int warps)
 template <class F, GemvInput IN, GemvOutput OUT, int R, bool X>
 inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16, GemvLayout lay,
                              L2Prefetch pf, const GemvExperts& ex, cudaStream_t stream) {
-    static bool raised = false;  // one attribute call per instantiation, before any graph capture (eager warm-up)
-    if (!raised) {
-        CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<F, IN, OUT, R, X>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kGemvMaxSmem));
-        prefer_decode_carveout(gemv_kernel<F, IN, OUT, R, X>);
-        raised = true;
-    }
+    allow_dynamic_smem(gemv_kernel<F, IN, OUT, R, X>, kGemvMaxSmem);  // once per kernel, before any graph capture (eager warm-up)
+    prefer_decode_carveout(gemv_kernel<F, IN, OUT, R, X>);
     const int S = lay.S, KS = lay.KS;
     size_t smem = gemv_smem_bytes<F, IN>(L.K, S);
     if (smem > kGemvMaxSmem) die("gemv: K = %d is too large for the shared-memory copy of x", L.K);

@@ -139,7 +139,7 @@ __device__ unsigned long long h2o_select(Key key, int n, int e) {
 // row's starts at 0) and records the new row's position. Then, past the budget, evicts the n - budget rows of
 // least eviction key and moves the kept rows above the budget into the emptied rows below it (K, V, FP8
 // scales, sum and position).
-__global__ void __launch_bounds__(kH2oThreads)
+static __global__ void __launch_bounds__(kH2oThreads)
     h2o_evict_kernel(H2o h, int layer, int slot, KvLayer kv, int row_bytes, int kv_rows, const int* __restrict__ d_pos, int T, bool decode) {
     __shared__ int warp_counts[kH2oThreads / 32];
     const int kvh = blockIdx.x, G = h.n_heads / h.n_kv, tid = threadIdx.x;

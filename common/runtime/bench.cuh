@@ -72,6 +72,8 @@ int bench(M& m, Runtime& rt, Generator<M>& g, const Options& o) {
         double decode_ms = g.time_decode(n_gen);
         double flops = 2.0 * info.matmul_params * n_prompt + 2.0 * as.layers * (double)n_prompt * n_prompt * as.n_heads * as.head_dim;
         double avg_ctx = n_prompt + (n_gen + 1) / 2.0;
+        // The keys a step reads: every position, or with KV eviction the budget's rows (plus this step's own)
+        if (rt.attn.h2o.on()) avg_ctx = std::min(avg_ctx, rt.attn.h2o.budget + 1.0);
         double kv_bytes = (double)rt.attn.kv.bytes_per_token() * avg_ctx;
         double bytes = (double)info.decode_bytes + kv_bytes, tok_s = 1000.0 * n_gen / decode_ms;
         double gbs = bytes * tok_s / 1e9, tflops = flops / (prefill_ms * 1e-3) / 1e12;
