@@ -40,8 +40,9 @@ struct Config : DecoderDims {   // dim, ffn, n_layers, n_heads, n_kv, head_dim, 
     bool conv_bias;               // biases on in_proj, the conv and out_proj
     // lfm2_moe: layers from n_dense on have a mixture of experts instead of the MLP
     bool moe = false;
-    int n_dense = 0, n_experts = 0, moe_ffn = 0;  // num_dense_layers, num_experts, moe_intermediate_size
-    MoeRouter router;                             // sigmoid scores; top num_experts_per_tok; norm_topk_prob; scaling
+    int n_dense = 0;                              // num_dense_layers
+    MoeDims experts;                              // num_experts, num_experts_per_tok, moe_intermediate_size
+    MoeRouter router;                             // sigmoid scores; norm_topk_prob; routed_scaling_factor
     bool expert_bias = false;                     // use_expert_bias
 };
 
@@ -77,19 +78,14 @@ static Config load_config(const std::string& dir) {
     }
     if (c.ffn < 8 || c.ffn % 8) die("%s: the MLP's width comes to %d; it must be a positive multiple of 8", p, c.ffn);
     if (c.moe) {
-        auto key_int = [&](const char* k) { return json_as_int(p, k, h.require(k)); };
-        c.n_dense = key_int("num_dense_layers"), c.n_experts = key_int("num_experts"), c.moe_ffn = key_int("moe_intermediate_size");
+        c.n_dense = json_as_int(p, "num_dense_layers", h.require("num_dense_layers"));
+        c.experts = read_moe_dims(h, {"num_experts"}, "moe_intermediate_size");
         c.router.score = MoeScore::Sigmoid;
-        c.router.k = key_int("num_experts_per_tok");
         c.router.norm_topk = json_as_bool(p, "norm_topk_prob", h.require("norm_topk_prob"));
         c.router.norm_eps = 1e-6f;
         c.router.scale = (float)json_as_double(p, "routed_scaling_factor", h.require("routed_scaling_factor"));
         c.expert_bias = json_as_bool(p, "use_expert_bias", h.require("use_expert_bias"));
         if (c.n_dense < 0 || c.n_dense > c.n_layers) die("%s: 'num_dense_layers' = %d for %d layers", p, c.n_dense, c.n_layers);
-        if (c.n_experts < 1 || c.n_experts > kMoeMaxExperts) die("%s: 'num_experts' = %d is not supported (1..%d)", p, c.n_experts, kMoeMaxExperts);
-        if (c.router.k < 1 || c.router.k > std::min(c.n_experts, kMoeMaxK))
-            die("%s: 'num_experts_per_tok' = %d is not supported (1..%d)", p, c.router.k, std::min(c.n_experts, kMoeMaxK));
-        if (c.moe_ffn < 8 || c.moe_ffn % 8) die("%s: 'moe_intermediate_size' = %d must be a positive multiple of 8", p, c.moe_ffn);
     }
 
     // Which layers attend: layer_types ("full_attention" / "conv"), else full_attn_idxs, else all of them.
@@ -176,17 +172,12 @@ static void load_weights(Weights& w, const Config& c, const Checkpoint& ck, Runt
             rt.lin.plan.layer({{c.attn[l] ? &L.qkv : &L.in}, {&L.out, &L.gate_up, &L.down}});  // the order forward() multiplies in
             continue;
         }
-        MoeFfn& m = L.moe;
-        m.router = c.router, m.E = c.n_experts;
-        m.gate = load_linear(ck, {{f + "gate"}, {c.n_experts}, false, false}, c.dim, WFormat::BF16, mem, s);  // the choice stays bf16
-        m.bias = c.expert_bias ? load_vector_f32(ck, f + "expert_bias", c.n_experts, mem, s) : nullptr;
-        m.experts = load_experts(ck, c.n_experts, c.moe_ffn, c.dim, [&](int e) {
+        // The router gate [E][dim], expert_bias [E], experts.e.{w1, w3, w2} (runtime/moe_layer.cuh)
+        L.moe = load_moe(ck, rt, l, f + "gate", c.expert_bias ? f + "expert_bias" : "", c.router, c.experts, c.dim, [&](int e) {
             std::string x = strf("%sexperts.%d.", f.c_str(), e);
             return std::array<std::string, 3>{x + "w1", x + "w3", x + "w2"};
-        }, rt.fmt, mem, s);
-        if (!rt.force_routing.empty()) m.forced = load_forced_routing(rt.force_routing, l, c.router.k, mem);
-        rt.lin.plan.layer({{c.attn[l] ? &L.qkv : &L.in}, {&L.out, &m.gate}});  // the experts run as the router says:
-        for (int e = 0; e < c.n_experts; e++) rt.lin.plan.extra(&m.experts.gate_up[e]), rt.lin.plan.extra(&m.experts.down[e]);
+        });
+        rt.lin.plan.layer({{c.attn[l] ? &L.qkv : &L.in}, {&L.out, &L.moe.gate}});  // the experts run as the router says
     }
     w.final_norm = load_vector(ck, "model.embedding_norm.weight", c.dim, mem, s);
     w.lm_head = load_lm_head(ck, c.hf.path, c.vocab, c.dim, c.hf.tie_word_embeddings, rt.fmt, w.embed, mem, s);
@@ -216,13 +207,8 @@ struct Lfm2 {
         i.rewindable = false;  // the conv state only moves forward
         i.summary = strf("%s: %d layers (%d attention, %d conv of %d taps), dim %d, %d/%d heads x %d, ffn %d, vocab %d", c.hf.model_type.c_str(),
                          c.n_layers, c.n_attn, c.n_conv, c.conv_L, c.dim, c.n_heads, c.n_kv, c.head_dim, c.ffn, c.vocab);
-        if (c.moe) {  // a token reads (and multiplies with) k of the E experts of each mixture layer
-            int moe_layers = c.n_layers - c.n_dense;
-            if (!w.layers.empty() && moe_layers > 0)
-                i.unread_bytes += (size_t)moe_layers * (c.n_experts - c.router.k) * w.layers.back().moe.experts.expert_bytes();
-            i.extra_matmul_params = (double)moe_layers * c.router.k * 3.0 * c.moe_ffn * c.dim;
-            i.summary += strf("; %d dense layers, then %d experts of ffn %d, top %d", c.n_dense, c.n_experts, c.moe_ffn, c.router.k);
-        }
+        if (c.moe)  // a token reads (and multiplies with) k of the E experts of each mixture layer
+            moe_model_info(i, c.n_layers - c.n_dense, c.experts, c.dim, w.layers.empty() ? nullptr : &w.layers.back().moe);
         return i;
     }
 
@@ -232,7 +218,7 @@ struct Lfm2 {
         static_cast<DecoderActivations&>(s) = decoder_activations(rt, c.dim, c.q_dim, c.kv_dim, c.ffn, c.vocab);
         s.bcx = rt.rows<float>(3 * (size_t)c.dim), s.y = rt.rows<bf16>(c.dim);
         s.conv = rt.mem.alloc<float>((size_t)rt.slots * c.n_conv * (c.conv_L - 1) * c.dim, "conv state");
-        if (c.moe) s.moe = moe_scratch(rt.max_tokens, c.n_experts, c.router.k, c.dim, c.moe_ffn, rt.mem);
+        if (c.moe) s.moe = moe_scratch(rt.max_tokens, c.experts.n_experts, c.experts.k, c.dim, c.experts.ffn, rt.mem);
     }
     float* conv_state(int slot, int conv_layer) { return s.conv + ((size_t)slot * c.n_conv + conv_layer) * (c.conv_L - 1) * c.dim; }
 
@@ -266,8 +252,7 @@ struct Lfm2 {
             }
             if (L.is_moe) {
                 // x = x + sum_e g_e w2_e(silu(w1_e(m)) * w3_e(m))  over the experts the router picks for m = ffn_norm(x)
-                moe_ffn(L.moe, s.x, L.ffn_norm, c.eps, b.pos, T, s.moe, rt.lin, st);
-                rt.taps.i32(strf("routing_%02d", l), s.moe.idx, T, c.router.k, st);
+                moe_layer(rt, L.moe, l, s.x, L.ffn_norm, c.eps, b, s.moe);
             } else {
                 // x = x + w2(silu(w1(m)) * w3(m))  with m = ffn_norm(x)
                 linear_rmsnorm_swiglu(L.gate_up, s.x, L.ffn_norm, c.eps, s.h, T, rt.lin, st);

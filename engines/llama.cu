@@ -1,13 +1,17 @@
-// llama.cu — the Llama family of dense decoders in one file: Llama 2 / 3.x, Mistral, Qwen2 / Qwen2.5,
-// SmolLM2 / SmolLM3, TinyLlama (model_type llama, mistral, qwen2, smollm3).
+// llama.cu — the Llama family in one file: Llama 2 / 3.x, Mistral, Qwen2 / Qwen2.5, SmolLM2 / SmolLM3, TinyLlama
+// (model_type llama, mistral, qwen2, smollm3), and Mistral's mixture of experts, Mixtral 8x7B / 8x22B (mixtral).
 //
 //   build/sm_90/llama -m models/Llama-3.2-1B-Instruct -p "Why is the sky blue?" -n 256
 //   build/sm_90/llama -m models/Mistral-7B-Instruct-v0.3 -cnv
+//   build/sm_90/llama -m models/Mixtral-8x7B-Instruct-v0.1 --dtype int4 -cnv
 //
 // transformers' modeling_llama.py, and the variations its relatives make (modeling_mistral.py, modeling_qwen2.py,
-// modeling_smollm3.py), all decided by config.json: one layer is
+// modeling_smollm3.py, modeling_mixtral.py), all decided by config.json: one layer is
 //   h = x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),   n = input_layernorm(x)
 //   x = h + down_proj(silu(gate_proj(m)) * up_proj(m)),                  m = post_attention_layernorm(h)
+// or, in mixtral, a mixture of experts in every layer instead of the MLP:
+//   x = h + sum over the top k experts e of g_e w2_e(silu(w1_e(m)) * w3_e(m)),  g = softmax over the k chosen
+//       of the router's logits gate(m) (the same as softmax over all, renormalised over the k)
 // with, per family: biases on q/k/v (qwen2), on q/k/v/o (attention_bias) and on the MLP (mlp_bias); a sliding
 // window (mistral's sliding_window; qwen2's and smollm3's sliding layers); layers without RoPE (smollm3's
 // no_rope_layers); rope scaling (llama3, linear, dynamic); tied or untied output; head_dim from config.
@@ -17,6 +21,7 @@
 #include "ops/embed.cuh"
 #include "ops/rope.cuh"
 #include "runtime/activations.cuh"
+#include "runtime/moe_layer.cuh"
 #include "runtime/runner.cuh"
 
 using namespace monocu;
@@ -28,6 +33,9 @@ struct Config : DecoderDims {     // dim, ffn, n_layers, n_heads, n_kv, head_dim
     bool qkv_bias, o_bias, mlp_bias;
     std::vector<bool> rope;         // per layer: rotary embedding (false: a NoPE layer)
     std::vector<int> window;        // per layer: sliding window, 0 = full attention
+    bool moe = false;               // mixtral: every layer's MLP is a mixture of experts
+    MoeDims experts;                // num_local_experts, num_experts_per_tok, intermediate_size
+    MoeRouter router;               // softmax, top k, renormalised over the k
 };
 
 // A family key as a bool, with the file's errors.
@@ -43,7 +51,7 @@ static Config load_config(const std::string& dir) {
     const std::string& type = h.model_type;
     const char* p = h.path.c_str();
     if (std::strcmp(find_model_type(type)->engine, "llama") != 0)
-        die("%s: model_type is '%s'; this engine runs llama, mistral, qwen2 and smollm3 (build/<arch>/%s runs it)", p, type.c_str(),
+        die("%s: model_type is '%s'; this engine runs llama, mistral, mixtral, qwen2 and smollm3 (build/<arch>/%s runs it)", p, type.c_str(),
             find_model_type(type)->engine);
     c.read_dims(h);
     const std::string& rt = h.rope.type;
@@ -78,21 +86,28 @@ static Config load_config(const std::string& dir) {
     int sw = 0;
     if (const nlohmann::json* v = h.find("sliding_window")) sw = json_as_int(p, "sliding_window", *v);
     if (sw < 0) die("%s: 'sliding_window' must be positive or null", p);
-    bool use_sw = type == "mistral" ? sw > 0 : key_bool(h, "use_sliding_window", false) && sw > 0;
+    const bool mistral = type == "mistral" || type == "mixtral";  // a window on every layer when set, no switch
+    bool use_sw = mistral ? sw > 0 : key_bool(h, "use_sliding_window", false) && sw > 0;
     int max_window_layers = h.find("max_window_layers") ? json_as_int(p, "max_window_layers", h.require("max_window_layers")) : c.n_layers;
     c.window.assign(c.n_layers, 0);
     const nlohmann::json* lt = h.find("layer_types");
     if (lt && !lt->is_array()) die("%s: 'layer_types' must be a list", p);
     if (lt && (int)lt->size() != c.n_layers) die("%s: 'layer_types' has %zu entries for %d layers", p, lt->size(), c.n_layers);
     for (int l = 0; l < c.n_layers; l++) {
-        bool sliding = type == "mistral" ? use_sw : type == "qwen2" ? use_sw && l >= max_window_layers : type == "smollm3" ? use_sw && !c.rope[l] : false;
-        if (lt && type != "llama" && type != "mistral") {
+        bool sliding = mistral ? use_sw : type == "qwen2" ? use_sw && l >= max_window_layers : type == "smollm3" ? use_sw && !c.rope[l] : false;
+        if (lt && type != "llama" && !mistral) {
             std::string t = json_as_string(p, "layer_types", (*lt)[l]);
             if (t != "full_attention" && t != "sliding_attention") die("%s: layer_types[%d] '%s' is not supported", p, l, t.c_str());
             sliding = t == "sliding_attention";
             if (sliding && sw <= 0) die("%s: layer_types[%d] is sliding_attention but sliding_window is %d", p, l, sw);
         }
         c.window[l] = sliding ? sw : 0;
+    }
+    // Mixtral's experts are as wide as intermediate_size; its router renormalises over the k it picks.
+    if (type == "mixtral") {
+        c.moe = true;
+        c.experts = read_moe_dims(h, {"num_local_experts"}, "intermediate_size");
+        c.router.score = MoeScore::Softmax, c.router.norm_topk = true;
     }
     return c;
 }
@@ -106,6 +121,7 @@ struct Layer {
     bf16* mlp_norm;   // [dim]      post_attention_layernorm
     Linear gate_up;   // [2 ffn][dim]              gate_proj and up_proj, rows interleaved (2i gate, 2i+1 up)
     Linear down;      // [dim][ffn]                down_proj
+    MoeFfn moe;       // ... or (mixtral) block_sparse_moe: the router gate [E][dim], experts.e.{w1, w3, w2}
     AttnLayer attn;   // no q/k norm; its RoPE table (or none) and window
 };
 
@@ -130,10 +146,19 @@ static void load_weights(Weights& w, const Config& c, const Checkpoint& ck, Runt
         L.qkv = load_linear(ck, {{a + "q_proj", a + "k_proj", a + "v_proj"}, {c.q_dim, c.kv_dim, c.kv_dim}, false, c.qkv_bias}, c.dim, rt.fmt, mem, s);
         L.o = load_linear(ck, {{a + "o_proj"}, {c.dim}, false, c.o_bias}, c.q_dim, rt.fmt, mem, s);
         L.mlp_norm = load_vector(ck, p + "post_attention_layernorm.weight", c.dim, mem, s);
-        L.gate_up = load_linear(ck, {{m + "gate_proj", m + "up_proj"}, {c.ffn, c.ffn}, true, c.mlp_bias}, c.dim, rt.fmt, mem, s);
-        L.down = load_linear(ck, {{m + "down_proj"}, {c.dim}, false, c.mlp_bias}, c.ffn, rt.fmt, mem, s);
         L.attn.rope = c.rope[l] ? &w.rope : nullptr;
         L.attn.params.window = c.window[l];
+        if (c.moe) {
+            std::string x = p + "block_sparse_moe.";
+            L.moe = load_moe(ck, rt, l, x + "gate", "", c.router, c.experts, c.dim, [&](int e) {
+                std::string xe = strf("%sexperts.%d.", x.c_str(), e);
+                return std::array<std::string, 3>{xe + "w1", xe + "w3", xe + "w2"};
+            });
+            rt.lin.plan.layer({{&L.qkv}, {&L.o, &L.moe.gate}});  // the order forward() multiplies in (experts: as routed)
+            continue;
+        }
+        L.gate_up = load_linear(ck, {{m + "gate_proj", m + "up_proj"}, {c.ffn, c.ffn}, true, c.mlp_bias}, c.dim, rt.fmt, mem, s);
+        L.down = load_linear(ck, {{m + "down_proj"}, {c.dim}, false, c.mlp_bias}, c.ffn, rt.fmt, mem, s);
         rt.lin.plan.layer({{&L.qkv}, {&L.o, &L.gate_up, &L.down}});  // the order forward() multiplies in
     }
     w.final_norm = load_vector(ck, "model.norm.weight", c.dim, mem, s);
@@ -143,9 +168,11 @@ static void load_weights(Weights& w, const Config& c, const Checkpoint& ck, Runt
 
 // ---- State ----
 
-// One pass's activations (runtime/activations.cuh: x, qkv, att, h, xn, logits); the KV cache is the kit's
-// (rt.attn), addressed by sequence. A llama keeps nothing else per sequence.
-using State = DecoderActivations;
+// One pass's activations (runtime/activations.cuh: x, qkv, att, h, xn, logits) and the mixture's; the KV cache is the
+// kit's (rt.attn), addressed by sequence. A llama keeps nothing else per sequence.
+struct State : DecoderActivations {
+    MoeScratch moe;  // mixtral: router scores, choices and the experts' rows (runtime/moe_layer.cuh)
+};
 
 // ---- forward ----
 
@@ -159,12 +186,16 @@ struct Llama {
         int nope = (int)std::count(c.rope.begin(), c.rope.end(), false), sliding = c.n_layers - (int)std::count(c.window.begin(), c.window.end(), 0);
         i.summary = strf("%s: %d layers (%d without RoPE, %d with a window), dim %d, %d/%d heads x %d, ffn %d, vocab %d, rope %s",
                          c.hf.model_type.c_str(), c.n_layers, nope, sliding, c.dim, c.n_heads, c.n_kv, c.head_dim, c.ffn, c.vocab, c.hf.rope.type.c_str());
+        if (c.moe) moe_model_info(i, c.n_layers, c.experts, c.dim, w.layers.empty() ? nullptr : &w.layers[0].moe);  // k of E experts read
         return i;
     }
 
     void load(Runtime& rt, const Checkpoint& ck) { load_weights(w, c, ck, rt); }
     AttnSpec attn_spec() const { return AttnSpec{c.n_layers, c.n_heads, c.n_kv, c.head_dim}  /* no q/k norm: no eps */; }
-    void alloc(Runtime& rt) { s = decoder_activations(rt, c.dim, c.q_dim, c.kv_dim, c.ffn, c.vocab); }
+    void alloc(Runtime& rt) {
+        static_cast<DecoderActivations&>(s) = decoder_activations(rt, c.dim, c.q_dim, c.kv_dim, c.moe ? 8 : c.ffn, c.vocab);  // (no MLP rows)
+        if (c.moe) s.moe = moe_scratch(rt.max_tokens, c.experts.n_experts, c.experts.k, c.dim, c.experts.ffn, rt.mem);
+    }
 
     // Runs the batch's tokens through the model, filling their KV rows; returns the logits of its last n_out.
     const float* forward(Runtime& rt, const Batch& b) {
@@ -181,9 +212,14 @@ struct Llama {
             attention(rt.attn, L.attn, l, s.qkv, b, s.att, st);
             // x = x + o_proj(a)
             linear_add(L.o, s.att, s.x, T, rt.lin, st);
-            // x = x + down_proj(silu(gate_proj(m)) * up_proj(m))  with m = post_attention_layernorm(x)
-            linear_rmsnorm_swiglu(L.gate_up, s.x, L.mlp_norm, c.eps, s.h, T, rt.lin, st);
-            linear_add(L.down, s.h, s.x, T, rt.lin, st);
+            if (c.moe) {
+                // x = x + sum_e g_e w2_e(silu(w1_e(m)) * w3_e(m))  over the experts the router picks for m = post_attention_layernorm(x)
+                moe_layer(rt, L.moe, l, s.x, L.mlp_norm, c.eps, b, s.moe);
+            } else {
+                // x = x + down_proj(silu(gate_proj(m)) * up_proj(m))  with m = post_attention_layernorm(x)
+                linear_rmsnorm_swiglu(L.gate_up, s.x, L.mlp_norm, c.eps, s.h, T, rt.lin, st);
+                linear_add(L.down, s.h, s.x, T, rt.lin, st);
+            }
             rt.taps.f32(strf("layer_%02d", l), s.x, T, c.dim, st);
         }
         // logits = lm_head(norm(x))   for the last n_out tokens

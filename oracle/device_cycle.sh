@@ -28,7 +28,8 @@
 #   tinyl         make the llama family's tiny test models (tests/data/models/tiny-{llama*,mistral,qwen2,smollm3}), pack them;
 #                 TINY_NAMES="tiny-lfm2 ..." makes those instead
 #   fidl PRESET LAYERS INIT_STD EMBED_STD
-#                 as fid, for any model_type (engine by config), at a real shape cut to LAYERS layers
+#                 as fid, for any model_type (engine by config), at a real shape cut to LAYERS layers; FIDL_FP8=1 also
+#                 runs the same weights rewritten in Qwen's FP8 release layout (with fp32's expert choices, if a mixture)
 #   ab PRESET     batch-1 decode before / after: .carry/base/qwen3 (the engine before the runner) and the new
 #                 build alternating, bf16 / fp8 / int4, --bench at 512 (AB_ROUNDS rounds, default 2)
 #   calm PRESET   engines/llama.cu --bench (bf16 / fp8 / int4, 512 and 16k) beside calm (.carry/calm: fp16 / fp8 /
@@ -211,7 +212,7 @@ stage_gemvbench() { "$B"/tools/bench_gemv 2>&1 | tee "$R/bench_gemv.txt"; }
 
 engine_for() {  # MODEL_DIR -> the engine binary for its model_type
   case $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['model_type'])" "$1/config.json") in
-    qwen3) echo "$B/qwen3" ;;
+    qwen3|qwen3_moe) echo "$B/qwen3" ;;
     lfm2|lfm2_moe) echo "$B/lfm2" ;;
     *) echo "$B/llama" ;;
   esac
@@ -242,6 +243,14 @@ stage_fidl() {  # PRESET LAYERS INIT_STD EMBED_STD
       "$e" -m "$m" --ids "$W/$p.ids" --dump-dir "$W/$p.forced" -n 16 --temp 0 -q --force-routing "$W/$p.ref32" > /dev/null
       python3 oracle/compare.py --ours "$W/$p.forced" --ref "$W/$p.ref32" --ref-bf16 "$W/$p.ref16" | tee "$R/fid_${tag}_forced.txt"
       rm -rf "$W/$p.forced"
+    fi
+    if [ -n "${FIDL_FP8:-}" ]; then  # the same weights in Qwen's FP8 release layout (128x128 block scales), loaded as published
+      echo "--- Qwen's FP8 layout of the same weights (oracle/make_fp8_checkpoint.py)"
+      python3 oracle/make_fp8_checkpoint.py --model "$m" --out "$W/$p.fp8" | tail -1
+      local force=""; ls "$W/$p.ref32"/routing_*.npy > /dev/null 2>&1 && force="--force-routing $W/$p.ref32"
+      "$e" -m "$W/$p.fp8" --ids "$W/$p.ids" --dump-dir "$W/$p.fp8.ours" -n 16 --temp 0 -q $force > /dev/null
+      python3 oracle/compare.py --ours "$W/$p.fp8.ours" --ref "$W/$p.ref32" --ref-bf16 "$W/$p.ref16" | tee "$R/fid_${tag}_fp8layout.txt"
+      rm -rf "$W/$p.fp8" "$W/$p.fp8.ours"
     fi
     rm -rf "$W/$p.ref32" "$W/$p.ref16" "$W/$p.ours"
   done

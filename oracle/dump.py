@@ -50,8 +50,9 @@ def add_routing_taps(model, calls):
     """A mixture layer's chosen experts, [T][k] per forward call, appended to calls["routing_NN"]."""
     handles = []
     for i, layer in enumerate(model.model.layers):
-        router = getattr(getattr(layer, "feed_forward", None), "gate", None)
-        if router is not None and hasattr(router, "top_k"):  # LFM2-MoE's router returns (logits, weights, experts)
+        block = getattr(layer, "feed_forward", None) or getattr(layer, "mlp", None)  # LFM2's name, and the others'
+        router = getattr(block, "gate", None)
+        if router is not None and hasattr(router, "top_k"):  # LFM2-MoE's, Qwen3-MoE's, Mixtral's: (logits, weights, experts)
             def keep_choice(_m, _i, out, name=f"routing_{i:02d}"):
                 calls.setdefault(name, []).append(out[2].detach().float().cpu().numpy())
             handles.append(router.register_forward_hook(keep_choice))

@@ -148,6 +148,33 @@ PRESETS.update({
                                layer_types=["conv", "conv", "full_attention"], tie_word_embeddings=False,
                                _router_std=2.5 / 64 ** 0.5),
 })
+# Qwen3-MoE (engines/qwen3.cu) and Mixtral (engines/llama.cu). Real shapes as their Hub configs give them; the router
+# drawn wide enough (logit std ~2.5) that choices are rarely near ties.
+PRESETS.update({
+    "qwen3-30b-a3b": dict(REAL, model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                          num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128,
+                          num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                          tie_word_embeddings=False, _router_std=2.5 / 2048 ** 0.5),
+    "mixtral-8x7b": dict(model_type="mixtral", vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                         num_attention_heads=32, num_key_value_heads=8, head_dim=128, num_local_experts=8, num_experts_per_tok=2,
+                         max_position_embeddings=32768, rms_norm_eps=1e-5, sliding_window=None, tie_word_embeddings=False,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, _router_std=2.5 / 4096 ** 0.5),
+    # Dense and sparse layers mixed (mlp_only_layers 0 and 2), 10 experts, top 3 (k does not divide E), renormalised; GQA 2.
+    "tiny-qwen3-moe": dict(TINY, model_type="qwen3_moe", vocab_size=256, hidden_size=96, intermediate_size=160, moe_intermediate_size=48,
+                           num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_experts=10,
+                           num_experts_per_tok=3, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[0, 2],
+                           tie_word_embeddings=False, _router_std=2.5 / 96 ** 0.5),
+    # Every second layer sparse (decoder_sparse_step 2: layers 1 and 3, less mlp_only_layers [3]), 36 experts (past one
+    # warp of the routing kernel), top 5, not renormalised; head_dim 128, GQA 4, tied.
+    "tiny-qwen3-moe-step": dict(TINY, model_type="qwen3_moe", vocab_size=256, hidden_size=64, intermediate_size=112,
+                                moe_intermediate_size=32, num_hidden_layers=5, num_attention_heads=4, num_key_value_heads=1,
+                                head_dim=128, num_experts=36, num_experts_per_tok=5, norm_topk_prob=False, decoder_sparse_step=2,
+                                mlp_only_layers=[3], tie_word_embeddings=True, _router_std=2.5 / 64 ** 0.5),
+    # 5 experts, top 2; a sliding window of 40 (shorter than the 100-token prompt); GQA 4; untied.
+    "tiny-mixtral": dict(TINY_L, model_type="mixtral", hidden_size=128, intermediate_size=96, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=1, head_dim=64, num_local_experts=5, num_experts_per_tok=2,
+                         sliding_window=40, rms_norm_eps=1e-5, tie_word_embeddings=False, _router_std=2.5 / 128 ** 0.5),
+})
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -180,13 +207,18 @@ def make(preset, out, seed=0, init_std=0.1, dtype="bfloat16", shard="5GB", token
                 p.normal_(0.0, bias_std)
             elif embed_std is not None and name in ("model.embed_tokens.weight", "lm_head.weight"):
                 p.normal_(0.0, embed_std)
-            elif router_std is not None and name.endswith("feed_forward.gate.weight"):
+            elif router_std is not None and name.endswith(".gate.weight"):  # feed_forward.gate (LFM2), mlp.gate
                 p.normal_(0.0, router_std)
         for name, b in model.named_buffers():
             if name.endswith("expert_bias"):
                 b.copy_(0.1 * torch.randn_like(b, dtype=torch.float32))
     model = model.to(DTYPES[dtype])
     os.makedirs(out, exist_ok=True)
+    # Saved from host memory: transformers' save re-splits fused tensors (a mixture's experts) with copies that do not
+    # fit beside a 93 GB model on the card (Mixtral-8x7B on an H200), and building that model on the CPU instead took
+    # over 9 minutes. Small models are saved from where they are.
+    if device != "cpu" and sum(p.numel() for p in model.parameters()) > 20e9:
+        model = model.to("cpu")
     model.save_pretrained(out, max_shard_size=shard)
     if drop_layer_types:  # the config as older checkpoints write it: which layers attend only as full_attn_idxs
         path = os.path.join(out, "config.json")
@@ -215,9 +247,10 @@ def main():
     ap.add_argument("--tokenizer", help="folder whose tokenizer.json/tokenizer_config.json are copied in")
     ap.add_argument("--layers", type=int, help="num_hidden_layers instead of the preset's (a real shape, fewer layers)")
     ap.add_argument("--bias-std", type=float, default=0.5, help="std of every bias (transformers starts them at zero)")
+    ap.add_argument("--device", help="where to build the weights (default: cuda if present; cpu for models past the card)")
     a = ap.parse_args()
     make(a.preset, a.out, a.seed, a.init_std, a.dtype, a.shard, a.tokenizer, embed_std=a.embed_std, layers=a.layers,
-         bias_std=a.bias_std)
+         bias_std=a.bias_std, device=a.device)
     print(f"made {a.preset} in {a.out}")
 
 

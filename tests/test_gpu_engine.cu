@@ -43,7 +43,7 @@ static std::string file_text(const std::string& path) {
 // The engine binary that runs a checkpoint folder: by config.json's model_type.
 static std::string engine_for(const std::string& dir) {
     std::string cfg = file_text(dir + "/config.json"), engine = "qwen3";
-    for (const char* t : {"\"llama\"", "\"mistral\"", "\"qwen2\"", "\"smollm3\""})
+    for (const char* t : {"\"llama\"", "\"mistral\"", "\"mixtral\"", "\"qwen2\"", "\"smollm3\""})
         if (cfg.find(std::string("\"model_type\": ") + t) != std::string::npos) engine = "llama";
     for (const char* t : {"\"lfm2\"", "\"lfm2_moe\""})
         if (cfg.find(std::string("\"model_type\": ") + t) != std::string::npos) engine = "lfm2";

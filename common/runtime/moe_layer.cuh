@@ -29,6 +29,7 @@
 #include "load/load_linear.cuh"
 #include "ops/linear.cuh"
 #include "ops/moe.cuh"
+#include "runtime/runtime.cuh"
 
 namespace monocu {
 
@@ -47,6 +48,38 @@ inline void gemv_experts(const Linear& L, GemvExperts ex, const bf16* h, float* 
     gemv_launch<GemvInput::BF16, GemvOutput::STORE_F32, true>(L, h, nullptr, 0.f, y, nullptr, s, {}, ex);
 }
 
+
+// A mixture's sizes from config.json, checked against the kernels' limits: the expert count (the first of
+// experts_keys present: families name it differently), experts per token (num_experts_per_tok) and each expert's
+// MLP width (ffn_key).
+struct MoeDims {
+    int n_experts = 0, k = 0, ffn = 0;
+};
+// The key that holds the expert count: the first of experts_keys the file (or, failing that, the defaults) has.
+inline const char* moe_experts_key(const ModelConfig& h, std::initializer_list<const char*> experts_keys) {
+    for (const char* key : experts_keys)
+        if (h.file.contains(key)) return key;
+    for (const char* key : experts_keys)
+        if (h.find(key)) return key;
+    die("%s: no '%s' (the number of experts)", h.path.c_str(), *experts_keys.begin());
+}
+inline int moe_expert_count(const ModelConfig& h, std::initializer_list<const char*> experts_keys) {
+    const char* ek = moe_experts_key(h, experts_keys);
+    return json_as_int(h.path.c_str(), ek, h.require(ek));
+}
+inline MoeDims read_moe_dims(const ModelConfig& h, std::initializer_list<const char*> experts_keys, const char* ffn_key) {
+    const char* p = h.path.c_str();
+    MoeDims d;
+    const char* ek = moe_experts_key(h, experts_keys);
+    d.n_experts = json_as_int(p, ek, h.require(ek));
+    d.k = json_as_int(p, "num_experts_per_tok", h.require("num_experts_per_tok"));
+    d.ffn = json_as_int(p, ffn_key, h.require(ffn_key));
+    if (d.n_experts < 1 || d.n_experts > kMoeMaxExperts) die("%s: '%s' = %d is not supported (1..%d)", p, ek, d.n_experts, kMoeMaxExperts);
+    if (d.k < 1 || d.k > std::min(d.n_experts, kMoeMaxK))
+        die("%s: 'num_experts_per_tok' = %d is not supported (1..%d)", p, d.k, std::min(d.n_experts, kMoeMaxK));
+    if (d.ffn < 8 || d.ffn % 8 || d.ffn > (1 << 20)) die("%s: '%s' = %d must be a positive multiple of 8", p, ffn_key, d.ffn);
+    return d;
+}
 
 struct MoeFfn {
     MoeRouter router;
@@ -69,6 +102,32 @@ inline MoeForced load_forced_routing(const std::string& dir, int layer, int k, G
     CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
     f.idx = d;
     return f;
+}
+
+// One mixture layer's weights: the router's projection `gate` (kept bf16: quantizing it moves choices), an optional
+// choice bias (fp32), the experts in the runtime's format (names(e) = {gate_proj, up_proj, down_proj} prefixes of
+// expert e), and with --force-routing the oracle's choices for this layer. The experts join the plan as extras (which
+// of them run is the router's call); the engine lists the layer's other projections and the router in its order.
+template <class Names>
+inline MoeFfn load_moe(const Checkpoint& ck, Runtime& rt, int layer, const std::string& gate, const std::string& bias,
+                       const MoeRouter& router, const MoeDims& d, int dim, Names names) {
+    MoeFfn m;
+    m.router = router, m.router.k = d.k, m.E = d.n_experts;
+    m.gate = load_linear(ck, {{gate}, {d.n_experts}, false, false}, dim, WFormat::BF16, rt.mem, rt.stream);
+    m.bias = bias.empty() ? nullptr : load_vector_f32(ck, bias, d.n_experts, rt.mem, rt.stream);
+    m.experts = load_experts(ck, d.n_experts, d.ffn, dim, names, rt.fmt, rt.mem, rt.stream);
+    if (!rt.force_routing.empty()) m.forced = load_forced_routing(rt.force_routing, layer, d.k, rt.mem);
+    for (int e = 0; e < d.n_experts; e++) rt.lin.plan.extra(&m.experts.gate_up[e]), rt.lin.plan.extra(&m.experts.down[e]);
+    return m;
+}
+
+// What a mixture changes in the runner's roofline: a token reads (and multiplies with) k of the E experts of each of
+// the moe_layers layers. `any` is one loaded mixture layer, or null before loading (then only the products count).
+inline void moe_model_info(ModelInfo& i, int moe_layers, const MoeDims& d, int dim, const MoeFfn* any) {
+    if (moe_layers <= 0) return;
+    if (any) i.unread_bytes += (size_t)moe_layers * (d.n_experts - d.k) * any->experts.expert_bytes();
+    i.extra_matmul_params = (double)moe_layers * d.k * 3.0 * d.ffn * dim;
+    i.summary += strf("; %d mixture layers of %d experts (ffn %d), top %d", moe_layers, d.n_experts, d.ffn, d.k);
 }
 
 // Buffers for up to T_max tokens (allocated once, shared by the layers).
@@ -165,6 +224,13 @@ inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, co
     moe_combine(sc.y, sc.weight, sc.rows, T, k, dim, x, s);
     // (The uploads above read pageable host memory: copied out before cudaMemcpyAsync returns, so the next layer
     // may rewrite the vectors.)
+}
+
+// moe_ffn as one layer of an engine's forward(): the batch's tokens, the runtime's projections and stream, and the
+// choices as the routing_NN tap (oracle/compare.py reads them; --force-routing feeds them back).
+inline void moe_layer(Runtime& rt, const MoeFfn& f, int layer, float* x, const bf16* norm_w, float eps, const Batch& b, MoeScratch& sc) {
+    moe_ffn(f, x, norm_w, eps, b.pos, b.n_tokens, sc, rt.lin, rt.stream);
+    rt.taps.i32(strf("routing_%02d", layer), sc.idx, b.n_tokens, f.router.k, rt.stream);
 }
 
 }  // namespace monocu
