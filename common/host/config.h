@@ -159,14 +159,27 @@ inline RopeConfig parse_rope(const std::string& p, const nlohmann::json& f, cons
         if (q.contains("rope_theta")) r.theta = json_as_double(p, "rope_theta", q["rope_theta"]);
         if (q.contains("rope_type")) r.type = json_as_string(p, "rope_type", q["rope_type"]);
         else if (q.contains("type")) r.type = json_as_string(p, "type", q["type"]);
-        if (q.contains("factor") && !q["factor"].is_null()) r.factor = json_as_double(p, "factor", q["factor"]);
+        if (q.contains("factor") && !q["factor"].is_null()) r.factor = json_as_double(p, "factor", q["factor"]), r.factor_set = true;
         if (q.contains("low_freq_factor")) r.low_freq_factor = json_as_double(p, "low_freq_factor", q["low_freq_factor"]);
         if (q.contains("high_freq_factor")) r.high_freq_factor = json_as_double(p, "high_freq_factor", q["high_freq_factor"]);
+        auto num = [&](const char* k, double& v) {
+            if (q.contains(k) && !q[k].is_null()) v = json_as_double(p, k, q[k]);
+        };
+        num("beta_fast", r.beta_fast), num("beta_slow", r.beta_slow), num("attention_factor", r.attention_factor);
+        num("mscale", r.mscale), num("mscale_all_dim", r.mscale_all_dim);
+        if (q.contains("truncate") && !q["truncate"].is_null()) r.truncate = json_as_bool(p, "truncate", q["truncate"]);
         if (q.contains("original_max_position_embeddings") && !q["original_max_position_embeddings"].is_null())
             r.original_max_position_embeddings =
                 json_as_int(p, "original_max_position_embeddings", q["original_max_position_embeddings"]);
     }
     if (!(r.theta > 0) || !std::isfinite(r.theta)) die("%s: rope_theta must be positive, found %g", p.c_str(), r.theta);
+    if (r.type == "yarn") {
+        if (r.original_max_position_embeddings <= 0) die("%s: yarn rope scaling needs original_max_position_embeddings", p.c_str());
+        if (!(r.beta_fast > 0 && r.beta_slow > 0 && std::isfinite(r.beta_fast) && std::isfinite(r.beta_slow)))
+            die("%s: yarn's beta_fast %g and beta_slow %g must be positive", p.c_str(), r.beta_fast, r.beta_slow);
+        if (!(r.attention_factor >= 0 && r.mscale >= 0 && r.mscale_all_dim >= 0) || !std::isfinite(r.attention_factor))
+            die("%s: yarn's attention_factor, mscale and mscale_all_dim must be non-negative", p.c_str());
+    }
     return r;
 }
 
