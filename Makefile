@@ -133,14 +133,15 @@ bench: $(BUILD)/$(ARCH)/qwen3
 	python3 oracle/bench.py --engine $(BUILD)/$(ARCH)/qwen3 --work $(BENCH_WORK) --out kb --presets $(BENCH_PRESETS)
 
 # Fuzz every parser of user input (libFuzzer, ASan + UBSan): the safetensors header, config.json (+ generation_config),
-# .npy, tokenizer.json loading, encoding with the real tokenizers, a whole model folder, and the Jinja chat templates.
+# .npy, tokenizer.json loading, encoding with the real tokenizers, a whole model folder, the Jinja chat templates,
+# model replies (tool calls, reasoning) and OpenAI request bodies.
 # Each target runs FUZZ_SECONDS (default 60) with FUZZ_JOBS processes (-fork), from seeds made here; a crash stops
 # with the input saved under build/fuzz/ (turn it into a regression test). FUZZ_TARGETS picks some.
 #   make fuzz FUZZ_SECONDS=600 FUZZ_JOBS=16        (what kb/status.md reports, on the GPU machine's 16 cores)
 #   make fuzz-build                                (only build them: the binaries run on any x86-64 Linux)
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= 1
-FUZZ_TARGETS ?= safetensors_header config npy tokenizer_json tokenizer_encode model_folder jinja chat_reply
+FUZZ_TARGETS ?= safetensors_header config npy tokenizer_json tokenizer_encode model_folder jinja chat_reply openai_request
 FUZZ_FLAGS := -std=c++17 -g -O1 -Icommon -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_BINS := $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_TARGETS))
 .PHONY: fuzz-build fuzz-seeds
@@ -162,6 +163,7 @@ fuzz-seeds: fetch-tokenizers
 	  > $(BUILD)/fuzz/corpus_model_folder/tiny
 	cp tests/data/templates/*.jinja $(BUILD)/fuzz/corpus_jinja/
 	cp tests/fuzz/seeds/chat_reply/* $(BUILD)/fuzz/corpus_chat_reply/
+	cp tests/fuzz/seeds/openai_request/* $(BUILD)/fuzz/corpus_openai_request/
 fuzz-build: $(FUZZ_BINS)
 fuzz: fuzz-build fuzz-seeds
 	@for t in $(FUZZ_TARGETS); do \
