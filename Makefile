@@ -57,8 +57,15 @@ GPU_TESTS := $(BUILD)/$(ARCH)/gpu_tests
 .PHONY: all test test-host test-gpu deps fuzz bench demo trace clean san
 .DEFAULT_GOAL := all
 
+FRONT := $(BUILD)/$(ARCH)/monocu
+
 # Every engine and every tool.
-all: $(ENGINES) $(TOOLS) $(GPU_TOOLS) $(HOST_TESTS) $(GPU_TESTS)
+all: $(ENGINES) $(FRONT) $(TOOLS) $(GPU_TOOLS) $(HOST_TESTS) $(GPU_TESTS)
+
+# The front command: reads a checkpoint's model_type and runs the engine beside it (plain C++, no GPU).
+$(FRONT): tools/front/monocu.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) $(HOST_FLAGS) -o $@ $<
 
 # One engine: one .cu file, header-only kit, cuBLAS.
 $(BUILD)/$(ARCH)/%: engines/%.cu

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "host/model_types.h"
 #include "test_util.h"
 
 using namespace monocu_test;
@@ -237,4 +238,44 @@ TEST_CASE("tokenize --reply splits an output into content, reasoning and tool ca
     CHECK(j["warnings"].size() == 1);
     CHECK(run_command(tk + " -m models/pycoder-13m --reply " + (dir / "out.txt"), &log) == 1);
     CHECK(log.find("has no chat template") != std::string::npos);
+}
+
+// The front command (tools/front/monocu.cpp): the engine for the checkpoint's model_type, with the same arguments.
+TEST_CASE("monocu runs the engine that the checkpoint's model_type needs, or says in one line why it cannot") {
+    const std::string f = MONOCU_ENGINE_DIR "/monocu";
+    if (!built(f) || !built(MONOCU_ENGINE_DIR "/qwen3") || !built(MONOCU_ENGINE_DIR "/llama") || !built(MONOCU_ENGINE_DIR "/lfm2")) {
+        MESSAGE("skipped: " << f << " or an engine not built");
+        return;
+    }
+    std::string log;
+    // -h after -m is the engine's own help, so its first line names the engine that ran.
+    for (const auto& [dir, engine] : std::vector<std::pair<std::string, std::string>>{
+             {"tiny-gqa4", "qwen3"}, {"tiny-qwen3-moe", "qwen3"}, {"tiny-mixtral", "llama"}, {"tiny-llama3", "llama"}, {"tiny-lfm2-moe", "lfm2"}}) {
+        CAPTURE(dir);
+        CHECK(run_command(f + " -m tests/data/models/" + dir + " -h", &log) == 0);
+        CHECK(log.rfind("usage: " + engine + " -m MODEL_DIR", 0) == 0);
+    }
+    CHECK(run_command(f + " --help", &log) == 0);
+    CHECK(log.find("qwen3_moe    qwen3") != std::string::npos);
+    CHECK(log.find("mixtral      llama") != std::string::npos);
+    auto refused = [&](const std::string& args, const std::string& line) {
+        CAPTURE(args);
+        CHECK(run_command(f + " " + args, &log) == 1);
+        CHECK(log == "error: " + line + "\n");
+    };
+    TempDir dir;
+    refused("-p hi", "monocu: give the checkpoint with -m MODEL_DIR (--help lists the model types)");
+    refused("-m " + (dir / "none") + " -p hi", "-m " + (dir / "none") + ": no such folder");
+    refused("-m " + dir.path + " -p hi", dir.path + ": no config.json in this folder");
+    std::ofstream(dir / "config.json") << R"({"model_type": "bert"})";
+    std::string names;
+    size_t n;
+    const monocu::ModelType* t = monocu::model_types(&n);
+    for (size_t i = 0; i < n; i++) names += (i ? ", " : "") + std::string(t[i].name);
+    refused("-m " + dir.path + " -p hi", (dir / "config.json") + ": model_type 'bert' is not supported (" + names + " are)");
+    std::ofstream(dir / "config.json") << R"({"model_type": 3})";
+    refused("-m " + dir.path, (dir / "config.json") + ": no model_type (a string) in config.json");
+    // The engine's own checks follow: it ran with the same arguments.
+    CHECK(run_command(f + " -m tests/data/models/tiny-gqa4 --no-such-flag", &log) == 2);
+    CHECK(log == "error: unknown flag '--no-such-flag' (see --help)\n");
 }
