@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "host/model_types.h"
+#include "host/safetensors_writer.h"
 #include "test_util.h"
 
 using namespace monocu_test;
@@ -278,4 +279,24 @@ TEST_CASE("monocu runs the engine that the checkpoint's model_type needs, or say
     // The engine's own checks follow: it ran with the same arguments.
     CHECK(run_command(f + " -m tests/data/models/tiny-gqa4 --no-such-flag", &log) == 2);
     CHECK(log == "error: unknown flag '--no-such-flag' (see --help)\n");
+}
+
+TEST_CASE("inspect shows a mixture's experts (what a token reads) and MXFP4 expert tensors") {
+    const std::string ins = MONOCU_HOST_BUILD_DIR "/tools/inspect";
+    if (!built(ins)) {
+        MESSAGE("skipped: " << ins << " not built");
+        return;
+    }
+    std::string log;
+    REQUIRE(run_command(ins + " tests/data/models/tiny-qwen3-moe", &log) == 0);
+    CHECK(log.find("3 of 10 experts per token") != std::string::npos);
+    CHECK(log.find("mlp_only_layers          [0,2]") != std::string::npos);
+    // GPT-OSS's layout: gate_up_proj_blocks U8 [E, 2 ffn, K / 32, 16] beside gate_up_proj_scales U8 [E, 2 ffn, K / 32].
+    TempDir dir;
+    monocu::SafetensorsWriter wr;
+    wr.add("model.layers.0.mlp.experts.gate_up_proj_blocks", monocu::DType::U8, {4, 8, 2, 16}, [] { return std::vector<uint8_t>(4 * 8 * 2 * 16, 0x21); });
+    wr.add("model.layers.0.mlp.experts.gate_up_proj_scales", monocu::DType::U8, {4, 8, 2}, [] { return std::vector<uint8_t>(4 * 8 * 2, 127); });
+    wr.write(dir / "model.safetensors", {{"format", "pt"}});
+    REQUIRE(run_command(ins + " " + (dir / "model.safetensors"), &log) == 0);
+    CHECK(log.find("MXFP4: 1 tensors (+ their scales), 2048 weights in 1.06 KiB: 4.25 bits per weight") != std::string::npos);
 }
