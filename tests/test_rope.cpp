@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <fstream>
 #include <vector>
 
 #include "host/config.h"
@@ -105,4 +106,31 @@ TEST_CASE("yarn keys in config.json: rope_scaling as GPT-OSS writes it") {
     refused("beta_fast", -1.0);
     refused("original_max_position_embeddings", nullptr);
     refused("attention_factor", -2.0);
+}
+
+// transformers' own numbers (oracle/rope_goldens.py on the GPU machine writes tests/data/rope_goldens.json): every
+// frequency within a float32 rounding, the attention scaling exactly as computed.
+TEST_CASE("rope frequencies and attention scaling equal transformers' on its goldens") {
+    std::ifstream f("tests/data/rope_goldens.json");
+    if (!f) {
+        MESSAGE("skipped: tests/data/rope_goldens.json not made yet (oracle/rope_goldens.py)");
+        return;
+    }
+    nlohmann::json g = nlohmann::json::parse(f);
+    REQUIRE(g["cases"].size() >= 4);
+    for (const auto& c : g["cases"]) {
+        CAPTURE(c["name"].get<std::string>());
+        nlohmann::json file = {{"model_type", "qwen3"}, {"hidden_size", 64}, {"intermediate_size", 64}, {"num_hidden_layers", 1},
+                               {"num_attention_heads", 1}, {"num_key_value_heads", 1}, {"head_dim", c["head_dim"]}, {"vocab_size", 8},
+                               {"rms_norm_eps", 1e-6}, {"max_position_embeddings", c["max_position_embeddings"]}, {"rope_parameters", c["rope"]}};
+        ModelConfig m = parse_model_config("config.json", file, nlohmann::json::object());
+        std::vector<float> inv = rope_inv_freq(m.rope, c["head_dim"].get<int>());
+        const auto& want = c["inv_freq"];
+        REQUIRE(inv.size() == want.size());
+        for (size_t i = 0; i < inv.size(); i++) {
+            CAPTURE(i);
+            CHECK(inv[i] == doctest::Approx(want[i].get<double>()).epsilon(2e-7));
+        }
+        CHECK(rope_attention_factor(m.rope) == doctest::Approx(c["attention_scaling"].get<double>()).epsilon(1e-12));
+    }
 }
