@@ -93,7 +93,7 @@ $(HOST_BUILD)/tests/%.o: tests/%.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) $(HOST_FLAGS) -DMONOCU_HOST_BUILD_DIR='"$(HOST_BUILD)"' -DMONOCU_ENGINE_DIR='"$(BUILD)/$(ARCH)"' -c -o $@ $<
 $(HOST_TESTS): $(HOST_TEST_OBJS)
-	$(CXX) $(CXXFLAGS) $(HOST_FLAGS) -o $@ $^
+	$(CXX) $(CXXFLAGS) $(HOST_FLAGS) -o $@ $^ -lcpp-httplib -lpthread
 
 # GPU tests: every tests/*.cu linked into one doctest binary (skips itself without a GPU).
 $(BUILD)/$(ARCH)/tests/%.o: tests/%.cu

@@ -1,0 +1,184 @@
+// The OpenAI HTTP front (server/http_server.h) over a stand-in backend that "generates" the last message reversed, a
+// few characters a piece: routes, the API key, limits, OpenAI-shaped errors, whole and streamed responses, n choices,
+// usage, and a client that leaves mid-stream.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <sstream>
+#include <thread>
+
+#include "server/http_server.h"
+
+using namespace monocu;
+
+namespace {
+
+struct EchoBackend : Backend {
+    std::atomic<int> cancelled{0}, submitted{0};
+    int delay_ms = 0;        // per piece
+    int pretend_queued = 0;  // what queued() reports
+    std::vector<std::thread> threads;
+    ~EchoBackend() override {
+        for (auto& t : threads) t.join();
+    }
+    std::shared_ptr<GenJob> submit(const ApiRequest& r, int choice) override {
+        submitted++;
+        std::string text = r.endpoint == ApiEndpoint::Chat ? r.messages.back()["content"].get<std::string>() : r.prompt;
+        if (text == "too long") throw ApiError{400, "the prompt is 9000 tokens; the context holds 8192", "invalid_request_error", "messages", ""};
+        std::reverse(text.begin(), text.end());
+        text += std::to_string(choice);
+        auto job = std::make_shared<GenJob>();
+        int max = r.max_tokens > 0 ? r.max_tokens : 1 << 30, prompt = (int)text.size();
+        threads.emplace_back([this, job, text, max, prompt] {
+            int n = 0;
+            for (size_t at = 0; at < text.size() && n < max; at += 3) {
+                if (job->cancelled()) {
+                    cancelled++;
+                    return;
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+                GenPiece p;
+                p.content = text.substr(at, std::min<size_t>(3, (size_t)(max - n)));
+                n += (int)p.content.size();
+                job->push(p);
+            }
+            GenPiece end;
+            end.done = true, end.finish_reason = n >= max ? "length" : "stop", end.usage = ApiUsage{prompt, n};
+            job->push(end);
+        });
+        return job;
+    }
+    int queued() const override { return pretend_queued; }
+};
+
+std::vector<ojson> sse_events(const std::string& body, bool* done) {
+    std::vector<ojson> out;
+    std::istringstream in(body);
+    std::string line;
+    *done = false;
+    while (std::getline(in, line)) {
+        if (line.rfind("data: ", 0) != 0) continue;
+        std::string data = line.substr(6);
+        if (data == "[DONE]") *done = true;
+        else out.push_back(ojson::parse(data));
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("http: health, models, a whole chat completion and a completion with n choices") {
+    EchoBackend b;
+    ApiServer s(ServerOptions{"127.0.0.1", 0, "", "tiny"}, b);
+    int port = s.start();
+    httplib::Client c("127.0.0.1", port);
+    auto h = c.Get("/health");
+    REQUIRE(h);
+    CHECK(h->status == 200);
+    auto m = c.Get("/v1/models");
+    REQUIRE(m);
+    CHECK(ojson::parse(m->body)["data"][0]["id"] == "tiny");
+    auto r = c.Post("/v1/chat/completions", R"({"model": "tiny", "messages": [{"role": "user", "content": "hello"}]})", "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    ojson j = ojson::parse(r->body);
+    CHECK(j["object"] == "chat.completion");
+    CHECK(j["choices"][0]["message"]["content"] == "olleh0");
+    CHECK(j["choices"][0]["finish_reason"] == "stop");
+    CHECK(j["usage"]["completion_tokens"] == 6);
+    CHECK(j["usage"]["total_tokens"] == 12);
+    auto t = c.Post("/v1/completions", R"({"prompt": "abcdef", "max_tokens": 4, "n": 2})", "application/json");
+    REQUIRE(t);
+    ojson k = ojson::parse(t->body);
+    CHECK(k["object"] == "text_completion");
+    CHECK(k["choices"].size() == 2);
+    CHECK(k["choices"][0]["text"] == "fedc");
+    CHECK(k["choices"][1]["index"] == 1);
+    CHECK(k["choices"][1]["finish_reason"] == "length");
+    CHECK(k["usage"]["completion_tokens"] == 8);
+    s.stop();
+}
+
+TEST_CASE("http: streaming chat as OpenAI sends it: role first, content pieces, finish, usage, [DONE]") {
+    EchoBackend b;
+    ApiServer s(ServerOptions{"127.0.0.1", 0, "", "tiny"}, b);
+    int port = s.start();
+    httplib::Client c("127.0.0.1", port);
+    auto r = c.Post("/v1/chat/completions",
+                    R"({"messages": [{"role": "user", "content": "streaming"}], "stream": true, "stream_options": {"include_usage": true}})",
+                    "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK(r->get_header_value("Content-Type") == "text/event-stream");
+    bool done;
+    std::vector<ojson> ev = sse_events(r->body, &done);
+    CHECK(done);
+    REQUIRE(ev.size() >= 4);
+    CHECK(ev[0]["choices"][0]["delta"]["role"] == "assistant");
+    std::string text;
+    for (size_t i = 1; i + 2 < ev.size(); i++) text += ev[i]["choices"][0]["delta"]["content"].get<std::string>();
+    CHECK(text == "gnimaerts0");
+    CHECK(ev[ev.size() - 2]["choices"][0]["finish_reason"] == "stop");
+    CHECK(ev.back()["choices"].empty());
+    CHECK(ev.back()["usage"]["completion_tokens"] == 10);
+    for (const ojson& e : ev) CHECK(e["id"] == ev[0]["id"]);
+    s.stop();
+}
+
+TEST_CASE("http: every refusal is OpenAI-shaped: key, size, JSON, fields, model, busy, backend, route") {
+    EchoBackend b;
+    ApiServer s(ServerOptions{"127.0.0.1", 0, "sekret", "tiny", 4096, 4}, b);
+    int port = s.start();
+    httplib::Client c("127.0.0.1", port);
+    const std::string ok = R"({"messages": [{"role": "user", "content": "x"}]})";
+    auto status_of = [&](const httplib::Result& r, int want, const char* code = nullptr, const char* param = nullptr) {
+        REQUIRE(r);
+        CHECK(r->status == want);
+        ojson e = ojson::parse(r->body)["error"];
+        CHECK(e["message"].is_string());
+        if (code) CHECK(e["code"] == code);
+        if (param) CHECK(e["param"] == param);
+    };
+    status_of(c.Post("/v1/chat/completions", ok, "application/json"), 401, "invalid_api_key");
+    status_of(c.Get("/v1/models"), 401, "invalid_api_key");
+    httplib::Headers key = {{"Authorization", "Bearer sekret"}};
+    auto good = c.Post("/v1/chat/completions", key, ok, "application/json");
+    REQUIRE(good);
+    CHECK(good->status == 200);
+    status_of(c.Post("/v1/chat/completions", key, std::string(5000, ' ') + ok, "application/json"), 413);
+    status_of(c.Post("/v1/chat/completions", key, "{", "application/json"), 400);
+    status_of(c.Post("/v1/chat/completions", key, R"({"messages": [{"role": "user", "content": "x"}], "n": 0})", "application/json"), 400, nullptr, "n");
+    status_of(c.Post("/v1/chat/completions", key, R"({"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]})", "application/json"), 404,
+              "model_not_found", "model");
+    status_of(c.Post("/v1/chat/completions", key, R"({"messages": [{"role": "user", "content": "too long"}]})", "application/json"), 400, nullptr,
+              "messages");
+    b.pretend_queued = 4;
+    auto busy = c.Post("/v1/chat/completions", key, ok, "application/json");
+    status_of(busy, 503, "overloaded");
+    CHECK(busy->get_header_value("Retry-After") == "1");
+    b.pretend_queued = 0;
+    status_of(c.Get("/v1/nothing", key), 404);
+    s.stop();
+}
+
+TEST_CASE("http: a client that leaves mid-stream cancels its job") {
+    EchoBackend b;
+    b.delay_ms = 20;
+    ApiServer s(ServerOptions{"127.0.0.1", 0, "", "tiny"}, b);
+    int port = s.start();
+    httplib::Client c("127.0.0.1", port);
+    std::string long_text(300, 'a');
+    int chunks = 0;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/chat/completions";
+    req.body = R"({"messages": [{"role": "user", "content": ")" + long_text + R"("}], "stream": true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };  // leave after 3 chunks
+    auto r = c.send(req);
+    CHECK_FALSE(r);  // the client cut it short
+    for (int i = 0; i < 200 && b.cancelled == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    CHECK(b.cancelled == 1);
+    s.stop();
+}
