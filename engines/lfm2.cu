@@ -173,10 +173,7 @@ static void load_weights(Weights& w, const Config& c, const Checkpoint& ck, Runt
             continue;
         }
         // The router gate [E][dim], expert_bias [E], experts.e.{w1, w3, w2} (runtime/moe_layer.cuh)
-        L.moe = load_moe(ck, rt, l, f + "gate", c.expert_bias ? f + "expert_bias" : "", c.router, c.experts, c.dim, [&](int e) {
-            std::string x = strf("%sexperts.%d.", f.c_str(), e);
-            return std::array<std::string, 3>{x + "w1", x + "w3", x + "w2"};
-        });
+        L.moe = load_moe(ck, rt, l, f, {"w1", "w3", "w2"}, c.expert_bias, c.router, c.experts, c.dim);
         rt.lin.plan.layer({{c.attn[l] ? &L.qkv : &L.in}, {&L.out, &L.moe.gate}});  // the experts run as the router says
     }
     w.final_norm = load_vector(ck, "model.embedding_norm.weight", c.dim, mem, s);

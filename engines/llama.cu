@@ -149,11 +149,7 @@ static void load_weights(Weights& w, const Config& c, const Checkpoint& ck, Runt
         L.attn.rope = c.rope[l] ? &w.rope : nullptr;
         L.attn.params.window = c.window[l];
         if (c.moe) {
-            std::string x = p + "block_sparse_moe.";
-            L.moe = load_moe(ck, rt, l, x + "gate", "", c.router, c.experts, c.dim, [&](int e) {
-                std::string xe = strf("%sexperts.%d.", x.c_str(), e);
-                return std::array<std::string, 3>{xe + "w1", xe + "w3", xe + "w2"};
-            });
+            L.moe = load_moe(ck, rt, l, p + "block_sparse_moe.", {"w1", "w3", "w2"}, false, c.router, c.experts, c.dim);
             rt.lin.plan.layer({{&L.qkv}, {&L.o, &L.moe.gate}});  // the order forward() multiplies in (experts: as routed)
             continue;
         }
@@ -193,7 +189,7 @@ struct Llama {
     void load(Runtime& rt, const Checkpoint& ck) { load_weights(w, c, ck, rt); }
     AttnSpec attn_spec() const { return AttnSpec{c.n_layers, c.n_heads, c.n_kv, c.head_dim}  /* no q/k norm: no eps */; }
     void alloc(Runtime& rt) {
-        static_cast<DecoderActivations&>(s) = decoder_activations(rt, c.dim, c.q_dim, c.kv_dim, c.moe ? 8 : c.ffn, c.vocab);  // (no MLP rows)
+        static_cast<DecoderActivations&>(s) = decoder_activations(rt, c.dim, c.q_dim, c.kv_dim, c.moe ? 0 : c.ffn, c.vocab);  // mixtral: no MLP
         if (c.moe) s.moe = moe_scratch(rt.max_tokens, c.experts.n_experts, c.experts.k, c.dim, c.experts.ffn, rt.mem);
     }
 

@@ -115,10 +115,7 @@ static void load_weights(Weights& w, const Config& c, const Checkpoint& ck, Runt
         L.o = load_linear(ck, {{a + "o_proj"}, {c.dim}}, c.q_dim, rt.fmt, mem, s);
         L.mlp_norm = load_vector(ck, p + "post_attention_layernorm.weight", c.dim, mem, s);
         if (c.sparse[l]) {
-            L.moe = load_moe(ck, rt, l, m + "gate", "", c.router, c.experts, c.dim, [&](int e) {
-                std::string x = strf("%sexperts.%d.", m.c_str(), e);
-                return std::array<std::string, 3>{x + "gate_proj", x + "up_proj", x + "down_proj"};
-            });
+            L.moe = load_moe(ck, rt, l, m, {"gate_proj", "up_proj", "down_proj"}, false, c.router, c.experts, c.dim);
             rt.lin.plan.layer({{&L.qkv}, {&L.o, &L.moe.gate}});  // the order forward() multiplies in (experts: as routed)
             continue;
         }

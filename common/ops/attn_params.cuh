@@ -30,8 +30,10 @@ struct AttnParams {
     float2* h2o_stats = nullptr;    // each query's softmax (max, sum): decode [n_heads], prefill [T][n_heads]
 };
 
-// The cache row of the first token of a pass at position pos (every later token of the pass follows it).
-__host__ __device__ __forceinline__ int kv_row(const AttnParams& p, int pos) { return p.kv_budget > 0 && pos > p.kv_budget ? p.kv_budget : pos; }
+// The cache row of the first token of a pass at position pos (every later token of the pass follows it): pos, or with
+// KV eviction keeping `budget` rows between passes (h2o.cuh), at most budget.
+__host__ __device__ __forceinline__ int kv_row(int budget, int pos) { return budget > 0 && pos > budget ? budget : pos; }
+__host__ __device__ __forceinline__ int kv_row(const AttnParams& p, int pos) { return kv_row(p.kv_budget, pos); }
 
 inline void attn_params_check(const AttnParams& p, const char* who) {
     if (p.window < 0) die("%s: sliding window %d is negative", who, p.window);

@@ -143,7 +143,7 @@ static __global__ void __launch_bounds__(kH2oThreads)
     h2o_evict_kernel(H2o h, int layer, int slot, KvLayer kv, int row_bytes, int kv_rows, const int* __restrict__ d_pos, int T, bool decode) {
     __shared__ int warp_counts[kH2oThreads / 32];
     const int kvh = blockIdx.x, G = h.n_heads / h.n_kv, tid = threadIdx.x;
-    const int p0 = *d_pos, row0 = p0 > h.budget ? h.budget : p0, n = row0 + T, last = p0 + T - 1;
+    const int p0 = *d_pos, row0 = kv_row(h.budget, p0), n = row0 + T, last = p0 + T - 1;
     float* acc = h.acc + h.head(layer, slot, kvh);
     int* rpos = h.row_pos + h.head(layer, slot, kvh);
     if (decode) {
@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(256)
     __shared__ float qs[kWarps][HD];
     __shared__ float part[kWarps][kKeys];
     const int kvh = blockIdx.y, G = h.n_heads / h.n_kv, nh = h.n_heads, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int p0 = *d_pos, row0 = p0 > h.budget ? h.budget : p0, n = row0 + T, r0 = blockIdx.x * kKeys;
+    const int p0 = *d_pos, row0 = kv_row(h.budget, p0), n = row0 + T, r0 = blockIdx.x * kKeys;
     if (r0 >= n) return;
     for (int c = tid; c < kKeys * HD / 8; c += 256) {
         int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
@@ -278,7 +278,7 @@ inline void h2o_prefill_accumulate_launch(const H2o& h, int layer, int slot, con
 inline void h2o_after_prefill(const H2o& h, int layer, int slot, const __half* q, KvType keys_type, const KvLayer& keys, int key_stride,
                               KvType kv_type, const KvLayer& kv, int head_dim, int kv_rows, const int* d_pos, int pos0, int T, cudaStream_t st) {
     if (T > h.max_tokens) die("h2o: a pass of %d tokens is larger than the %d planned", T, h.max_tokens);
-    int n = std::min(pos0, h.budget) + T;
+    int n = kv_row(h.budget, pos0) + T;
     if (head_dim == 64) h2o_prefill_accumulate_launch<64>(h, layer, slot, q, keys_type, keys, key_stride, d_pos, n, T, st);
     else if (head_dim == 128) h2o_prefill_accumulate_launch<128>(h, layer, slot, q, keys_type, keys, key_stride, d_pos, n, T, st);
     else die("h2o: head_dim %d is not supported (64, 128)", head_dim);

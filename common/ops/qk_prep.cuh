@@ -17,6 +17,7 @@
 #pragma once
 
 #include "gpu/pdl.cuh"
+#include "ops/attn_params.cuh"
 #include "ops/kv_cache.cuh"
 #include "ops/rope.cuh"
 
@@ -40,7 +41,7 @@ __global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, const i
     const int h = min(head, n_all - 1);  // lanes past the last head redo it (every lane joins the shuffles), store nothing
     const bool is_q = h < nh, is_v = h >= nh + nkv;
     const int pos = *d_pos + t;  // RoPE's position; the cache row is the same unless KV eviction keeps fewer rows
-    const int row = (kv_budget > 0 && *d_pos > kv_budget ? kv_budget : *d_pos) + t;
+    const int row = kv_row(kv_budget, *d_pos) + t;
     float x[8];
     load_float8(qkv + ((size_t)t * n_all + h) * HD + dl * 8, x);
     head_norm_rope_8<LPK>(x, is_q ? q_norm_w : k_norm_w, rope, pos, dl, eps, !is_v);

@@ -2,12 +2,13 @@
 // (ops/moe.cuh), the chosen experts' matmuls and their weighted sum into the residual stream.
 //
 // Usage (an engine's Weights, State and forward):
-//   MoeFfn f;  f.router = {MoeScore::Sigmoid, k, true, 1e-6f, 1.f};  f.E = E;
-//   f.gate = load_linear(ck, {{pre + "gate"}, {E}}, dim, WFormat::BF16, mem, s);   // the router's projection
-//   f.experts = load_experts(ck, E, ffn, dim, names, rt.fmt, mem, s);            // load/load_linear.cuh
-//   MoeScratch sc = moe_scratch(T_max, E, k, dim, ffn, mem);
-//   moe_ffn(f, x, norm_w, eps, pos, T, sc, lin, stream);   // x += the mixture of rmsnorm(x); sc.idx then holds
-//                                                          // the choices ([T][k]: the routing_NN tap)
+//   MoeDims d = read_moe_dims(hf, {"num_experts"}, "moe_intermediate_size");   // config.json, checked
+//   MoeRouter router{MoeScore::Softmax, 0, true, 0.f, 1.f};                    // (k comes from d)
+//   MoeFfn f = load_moe(ck, rt, layer, "model.layers.3.mlp.", {"gate_proj", "up_proj", "down_proj"}, false, router, d, dim);
+//   MoeScratch sc = moe_scratch(T_max, d.n_experts, d.k, dim, d.ffn, mem);
+//   moe_layer(rt, f, layer, x, norm_w, eps, batch, sc);    // x += the mixture of rmsnorm(x); sc.idx then holds the
+//                                                          // choices ([T][k]: the routing_NN tap); moe_ffn is the same
+//                                                          // without a Runtime
 //
 // The experts' matmuls:
 //   - a decode step (T = 1): the router's GEMV (RMSNorm fused), the routing kernel, then one GEMV launch for the
@@ -104,18 +105,26 @@ inline MoeForced load_forced_routing(const std::string& dir, int layer, int k, G
     return f;
 }
 
-// One mixture layer's weights: the router's projection `gate` (kept bf16: quantizing it moves choices), an optional
-// choice bias (fp32), the experts in the runtime's format (names(e) = {gate_proj, up_proj, down_proj} prefixes of
-// expert e), and with --force-routing the oracle's choices for this layer. The experts join the plan as extras (which
-// of them run is the router's call); the engine lists the layer's other projections and the router in its order.
-template <class Names>
-inline MoeFfn load_moe(const Checkpoint& ck, Runtime& rt, int layer, const std::string& gate, const std::string& bias,
-                       const MoeRouter& router, const MoeDims& d, int dim, Names names) {
+// The names of an expert's three projections in a family's checkpoints.
+struct ExpertNames {
+    const char *gate, *up, *down;  // {"gate_proj", "up_proj", "down_proj"} (Qwen3-MoE), {"w1", "w3", "w2"} (LFM2, Mixtral)
+};
+
+// One mixture layer's weights, as every family names them under the layer's block (e.g. "model.layers.3.mlp."): the
+// router's projection `gate` (kept bf16: quantizing it moves choices), `expert_bias` when choice_bias (fp32), the
+// experts `experts.<e>.<names>` in the runtime's format, and with --force-routing the oracle's choices for this layer.
+// The experts join the plan as extras (which of them run is the router's call); the engine lists the layer's other
+// projections and the router in its order.
+inline MoeFfn load_moe(const Checkpoint& ck, Runtime& rt, int layer, const std::string& block, ExpertNames names, bool choice_bias,
+                       const MoeRouter& router, const MoeDims& d, int dim) {
     MoeFfn m;
     m.router = router, m.router.k = d.k, m.E = d.n_experts;
-    m.gate = load_linear(ck, {{gate}, {d.n_experts}, false, false}, dim, WFormat::BF16, rt.mem, rt.stream);
-    m.bias = bias.empty() ? nullptr : load_vector_f32(ck, bias, d.n_experts, rt.mem, rt.stream);
-    m.experts = load_experts(ck, d.n_experts, d.ffn, dim, names, rt.fmt, rt.mem, rt.stream);
+    m.gate = load_linear(ck, {{block + "gate"}, {d.n_experts}, false, false}, dim, WFormat::BF16, rt.mem, rt.stream);
+    m.bias = choice_bias ? load_vector_f32(ck, block + "expert_bias", d.n_experts, rt.mem, rt.stream) : nullptr;
+    m.experts = load_experts(ck, d.n_experts, d.ffn, dim, [&](int e) {
+        std::string x = block + "experts." + std::to_string(e) + ".";
+        return std::array<std::string, 3>{x + names.gate, x + names.up, x + names.down};
+    }, rt.fmt, rt.mem, rt.stream);
     if (!rt.force_routing.empty()) m.forced = load_forced_routing(rt.force_routing, layer, d.k, rt.mem);
     for (int e = 0; e < d.n_experts; e++) rt.lin.plan.extra(&m.experts.gate_up[e]), rt.lin.plan.extra(&m.experts.down[e]);
     return m;

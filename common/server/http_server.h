@@ -175,7 +175,7 @@ private:
         }
         const bool chat = ep == ApiEndpoint::Chat;
         ApiResponseHead head{(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++), created_, o_.alias};
-        if (!r.stream) return respond_whole(res, r, head, jobs, chat);
+        if (!r.stream) return respond_whole(res, head, jobs, chat);
         res.set_header("Cache-Control", "no-cache");
         res.set_chunked_content_provider("text/event-stream", [this, r, head, jobs, chat](size_t, httplib::DataSink& sink) {
             return stream(sink, r, head, jobs, chat);  // false: the client went away
@@ -185,8 +185,7 @@ private:
     }
 
     // Collects every choice to its end, then one JSON body.
-    void respond_whole(httplib::Response& res, const ApiRequest& r, const ApiResponseHead& head, const std::vector<std::shared_ptr<GenJob>>& jobs,
-                       bool chat) {
+    void respond_whole(httplib::Response& res, const ApiResponseHead& head, const std::vector<std::shared_ptr<GenJob>>& jobs, bool chat) {
         std::vector<ApiChoice> choices;
         ApiUsage usage;
         for (const auto& j : jobs) {
@@ -213,7 +212,6 @@ private:
             }
             choices.push_back(c);
         }
-        (void)r;
         ojson body = chat ? chat_completion(head, choices, usage) : text_completion(head, choices, usage);
         res.set_content(body.dump(-1, ' ', false, ojson::error_handler_t::replace), "application/json");
     }

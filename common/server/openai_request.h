@@ -23,6 +23,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/chat_reply.h"
+
 namespace monocu {
 
 enum class ApiEndpoint { Chat, Completions };
@@ -70,26 +72,6 @@ namespace api_detail {
     ApiError e;
     e.status = status, e.param = param, e.message = message;
     throw e;
-}
-
-// Bracket depth outside strings: refuse deeper bodies before the parser sees them.
-inline bool nesting_within(const std::string& s, int limit) {
-    int depth = 0;
-    bool in_string = false;
-    for (size_t i = 0; i < s.size(); i++) {
-        char c = s[i];
-        if (in_string) {
-            if (c == '\\') i++;
-            else if (c == '"') in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
-            if (++depth > limit) return false;
-        } else if (c == ']' || c == '}') {
-            depth--;
-        }
-    }
-    return true;
 }
 
 inline const char* type_name(const nlohmann::ordered_json& v) {
@@ -158,7 +140,8 @@ inline void check_message(const nlohmann::ordered_json& m, size_t i) {
 
 inline ApiRequest parse_api_request(const std::string& body, ApiEndpoint endpoint) {
     using namespace api_detail;
-    if (!nesting_within(body, 64)) bad("", "the request body is nested more than 64 levels deep");
+    if (reply_detail::json_scan(body, 0, body.size(), false) == std::string::npos)  // bracket depth outside strings
+        bad("", "the request body is nested more than " + std::to_string(reply_detail::kMaxDepth) + " levels deep");
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(body, nullptr, false);
     if (j.is_discarded()) bad("", "the request body is not valid JSON");
     if (!j.is_object()) bad("", std::string("the request body must be a JSON object, not ") + type_name(j));
