@@ -214,6 +214,7 @@ engine_for() {  # MODEL_DIR -> the engine binary for its model_type
   case $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['model_type'])" "$1/config.json") in
     qwen3|qwen3_moe) echo "$B/qwen3" ;;
     lfm2|lfm2_moe) echo "$B/lfm2" ;;
+    gpt_oss) echo "$B/gpt_oss" ;;
     *) echo "$B/llama" ;;
   esac
 }

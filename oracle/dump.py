@@ -28,6 +28,10 @@ def read_ids(path):
 
 def load(model_dir, dtype, device="cuda"):
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype], attn_implementation="eager", device_map=device)
+    # An MXFP4 checkpoint (GPT-OSS) comes back with its experts dequantized to bf16 (exact: E2M1 x 2^e) whatever dtype
+    # was asked for; the float32 reference then casts them too, so that every matmul runs in float32.
+    if dtype == "float32":
+        model = model.float()
     return model.eval()
 
 
@@ -51,10 +55,10 @@ def add_routing_taps(model, calls):
     handles = []
     for i, layer in enumerate(model.model.layers):
         block = getattr(layer, "feed_forward", None) or getattr(layer, "mlp", None)  # LFM2's name, and the others'
-        router = getattr(block, "gate", None)
-        if router is not None and hasattr(router, "top_k"):  # LFM2-MoE's, Qwen3-MoE's, Mixtral's: (logits, weights, experts)
-            def keep_choice(_m, _i, out, name=f"routing_{i:02d}"):
-                calls.setdefault(name, []).append(out[2].detach().float().cpu().numpy())
+        router = getattr(block, "gate", None) or getattr(block, "router", None)  # GPT-OSS calls it mlp.router
+        if router is not None and hasattr(router, "top_k"):  # LFM2-MoE's, Qwen3-MoE's, Mixtral's, GPT-OSS's:
+            def keep_choice(_m, _i, out, name=f"routing_{i:02d}"):  # (logits, weights, experts); older GPT-OSS: (weights, experts)
+                calls.setdefault(name, []).append(out[2 if len(out) > 2 else 1].detach().float().cpu().numpy())
             handles.append(router.register_forward_hook(keep_choice))
     return handles
 

@@ -4,11 +4,13 @@
     python3 oracle/make_test_models.py tests/data/models [NAME ...]     (all, or only those)
 
 Each model: a tiny-* preset of make_model.py (init std 0.1, embeddings 0.5) with its own storage dtype (so
-the loader's BF16, F16 and F32 paths all run), prompt_ids.txt (100 seeded random ids), and ref/ = dump.py in float32 with 32 greedy
-tokens. tests/test_gpu_engine.cu runs the engine on each and compares taps and greedy ids, no Python.
+the loader's BF16, F16 and F32 paths all run; tiny-gpt-oss's experts are MXFP4, and its reference runs on their
+decoded values, a twin make_model.py writes to a scratch folder), prompt_ids.txt (100 seeded random ids), and
+ref/ = dump.py in float32 with 32 greedy tokens. tests/test_gpu_engine.cu runs the engine on each and compares taps and greedy ids, no Python.
 """
 import os
 import sys
+import tempfile
 
 import numpy as np
 
@@ -23,7 +25,9 @@ MODELS = {"tiny-mha": "bfloat16", "tiny-gqa4": "bfloat16", "tiny-gqa8": "float32
           # engines/lfm2.cu
           "tiny-lfm2": "bfloat16", "tiny-lfm2-bias": "float32", "tiny-lfm2-moe": "bfloat16", "tiny-lfm2-moe-wide": "float16",
           # Qwen3-MoE (engines/qwen3.cu), Mixtral (engines/llama.cu)
-          "tiny-qwen3-moe": "bfloat16", "tiny-qwen3-moe-step": "float16", "tiny-mixtral": "float32"}
+          "tiny-qwen3-moe": "bfloat16", "tiny-qwen3-moe-step": "float16", "tiny-mixtral": "float32",
+          # engines/gpt_oss.cu: MXFP4 experts as published (the rest bf16), and the experts as transformers saves them
+          "tiny-gpt-oss": "bfloat16", "tiny-gpt-oss-plain": "float32"}
 PROMPT, GREEDY = 100, 32
 EMBED_STD = 0.5  # logit std ~ sqrt(hidden) x 0.5: peaked enough that greedy steps rarely near-tie
 
@@ -40,13 +44,14 @@ def main():
             continue
         d = os.path.join(root, name)
         for attempt in range(ATTEMPTS):
-            make_model.make(name, d, seed=100 + i + 1000 * attempt, dtype=dtype, embed_std=EMBED_STD)
-            vocab = make_model.PRESETS[name]["vocab_size"]
-            ids = np.random.default_rng(200 + i).integers(0, vocab, PROMPT).tolist()
-            with open(os.path.join(d, "prompt_ids.txt"), "w") as f:
-                f.write(" ".join(map(str, ids)) + "\n")
-            model = dump.load(d, "float32")
-            dump.dump(model, ids, os.path.join(d, "ref"), GREEDY)
+            with tempfile.TemporaryDirectory() as plain:  # an MXFP4 model's decoded twin, which transformers loads
+                make_model.make(name, d, seed=100 + i + 1000 * attempt, dtype=dtype, embed_std=EMBED_STD, plain_out=plain)
+                vocab = make_model.PRESETS[name]["vocab_size"]
+                ids = np.random.default_rng(200 + i).integers(0, vocab, PROMPT).tolist()
+                with open(os.path.join(d, "prompt_ids.txt"), "w") as f:
+                    f.write(" ".join(map(str, ids)) + "\n")
+                model = dump.load(plain if make_model.PRESETS[name].get("_mxfp4") else d, "float32")
+                dump.dump(model, ids, os.path.join(d, "ref"), GREEDY)
             gaps = np.load(os.path.join(d, "ref", "gen_gaps.npy"))
             clear = int(np.argmax(gaps < CLEAR_GAP)) if (gaps < CLEAR_GAP).any() else len(gaps)
             if clear >= MIN_CLEAR:

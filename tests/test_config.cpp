@@ -72,6 +72,46 @@ TEST_CASE("defaults fill what the file leaves out, like transformers") {
     CHECK_FALSE(b.tie_word_embeddings);
 }
 
+// gpt-oss-20b's config.json as published (rope_scaling, not rope_parameters), and the defaults GptOssConfig fills in.
+TEST_CASE("gpt_oss: the published config's YaRN rope and MXFP4 quantization_config; the defaults' YaRN when none is given") {
+    static const json kDefaults = json::parse(find_model_type("gpt_oss")->defaults);
+    json f = json::parse(R"({"architectures": ["GptOssForCausalLM"], "attention_bias": true, "eos_token_id": 200002,
+      "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880, "intermediate_size": 2880, "max_position_embeddings": 131072,
+      "model_type": "gpt_oss", "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 24,
+      "num_key_value_heads": 8, "num_local_experts": 32, "pad_token_id": 199999,
+      "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                              "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
+      "rms_norm_eps": 1e-05, "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+      "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": false}, "rope_theta": 150000,
+      "sliding_window": 128, "swiglu_limit": 7.0, "tie_word_embeddings": false, "vocab_size": 201088})");
+    ModelConfig c = parse_model_config("config.json", f, kDefaults);
+    CHECK(find_model_type("gpt_oss")->engine == std::string("gpt_oss"));
+    CHECK(c.rope.type == "yarn");
+    CHECK(c.rope.factor == 32.0);
+    CHECK(c.rope.theta == 150000.0);
+    CHECK(c.rope.original_max_position_embeddings == 4096);
+    CHECK(c.quant.method == "mxfp4");
+    CHECK(c.num_hidden_layers == 24);
+    CHECK(c.find("swiglu_alpha")->get<double>() == doctest::Approx(1.702));  // from the defaults
+    // The file's rope wins over the defaults' (which are yarn too): a plain rope stays plain.
+    f["rope_scaling"] = {{"rope_type", "default"}};
+    CHECK(parse_model_config("config.json", f, kDefaults).rope.type == "default");
+    // Transformers 5 writes rope_parameters, which wins as well.
+    f.erase("rope_scaling");
+    f["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1000.0}, {"factor", 4.0}, {"original_max_position_embeddings", 64},
+                            {"beta_fast", 32.0}, {"beta_slow", 1.0}};
+    ModelConfig t5 = parse_model_config("config.json", f, kDefaults);
+    CHECK(t5.rope.factor == 4.0);
+    CHECK(t5.rope.theta == 1000.0);
+    // No rope keys at all: GptOssConfig's YaRN.
+    f.erase("rope_parameters");
+    f.erase("rope_theta");
+    ModelConfig d = parse_model_config("config.json", f, kDefaults);
+    CHECK(d.rope.type == "yarn");
+    CHECK(d.rope.factor == 32.0);
+    CHECK(d.rope.theta == 150000.0);
+}
+
 TEST_CASE("sliding window only with use_sliding_window, and layer_types follow max_window_layers") {
     json f = json::parse(kQwen3_4B);
     f["use_sliding_window"] = true;

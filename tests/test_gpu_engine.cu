@@ -47,6 +47,7 @@ static std::string engine_for(const std::string& dir) {
         if (cfg.find(std::string("\"model_type\": ") + t) != std::string::npos) engine = "llama";
     for (const char* t : {"\"lfm2\"", "\"lfm2_moe\""})
         if (cfg.find(std::string("\"model_type\": ") + t) != std::string::npos) engine = "lfm2";
+    if (cfg.find("\"model_type\": \"gpt_oss\"") != std::string::npos) engine = "gpt_oss";
     return std::string(MONOCU_BUILD_DIR) + "/" + engine;
 }
 

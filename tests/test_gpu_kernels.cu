@@ -85,6 +85,20 @@ TEST_CASE("swiglu of interleaved gate/up pairs") {
         ref[i] = g / (1 + std::exp(-g)) * u;
     }
     CHECK_CLOSE(compare(from_bf16(d_h.download()), ref), 5e-3);
+    // GPT-OSS's clamped form: gate clamped above, up both sides, then gate sigmoid(alpha gate) (up + 1).
+    auto big = random_floats((size_t)T * ffn * 2, r, 8.f);
+    d_gu.upload(big);
+    d_h.poison();
+    swiglu_interleaved(d_gu.p, d_h.p, T, ffn, 0, GluAct{1.702f, 7.f});
+    int clamped = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        double g = big[2 * i], u = big[2 * i + 1];
+        clamped += g > 7 || std::fabs(u) > 7;
+        g = std::min(g, 7.0), u = std::max(-7.0, std::min(u, 7.0));
+        ref[i] = g / (1 + std::exp(-1.702 * g)) * (u + 1);
+    }
+    CHECK(clamped > (int)ref.size() / 4);
+    CHECK_CLOSE(compare(from_bf16(d_h.download()), ref), 5e-3);
 }
 
 // LFM2's gated short convolution against a plain reference: a sequence run as one pass, as passes of uneven
@@ -256,8 +270,10 @@ TEST_CASE("rope table: fp32 angles as transformers computes them, cos/sin accura
             CHECK(std::fabs(t[(size_t)pos * 64 + i].cos - std::cos(a)) < tol);
             CHECK(std::fabs(t[(size_t)pos * 64 + i].sin - std::sin(a)) < tol);
         }
-    rc.type = "yarn";
-    CHECK_THROWS_WITH_AS(rope_inv_freq(rc, 128), doctest::Contains("rope_type 'yarn' is not supported"), UserError);
+    rc.type = "longrope";
+    CHECK_THROWS_WITH_AS(rope_inv_freq(rc, 128), doctest::Contains("rope_type 'longrope' is not supported"), UserError);
+    rc.type = "yarn";  // supported (host/rope.h, tests/test_rope.cpp), but not without its original context
+    CHECK_THROWS_WITH_AS(rope_inv_freq(rc, 128), doctest::Contains("needs original_max_position_embeddings"), UserError);
 }
 
 // The cache row as floats: bf16 as is, FP8 times its scale.
@@ -637,9 +653,11 @@ TEST_CASE("gemm (cuBLAS, bf16 in, fp32 out): store and accumulate") {
 // ---- attention ----
 
 // softmax(q k^T / sqrt(d) + causal) v for query rows at positions pos0 + t, keys 0 .. pos0 + t.
-// Causal attention in double; with a sliding window W > 0 the query at position p sees keys p - W + 1 .. p.
+// Causal attention in double; with a sliding window W > 0 the query at position p sees keys p - W + 1 .. p; with sinks
+// (GPT-OSS) head h's e^(sinks[h]) joins the softmax's denominator.
 static std::vector<double> attention_ref(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                                         int T, int pos0, int nh, int nkv, int hd, int ctx, int window = 0) {
+                                         int T, int pos0, int nh, int nkv, int hd, int ctx, int window = 0,
+                                         const std::vector<float>* sinks = nullptr) {
     std::vector<double> out((size_t)T * nh * hd, 0.0);
     int G = nh / nkv;
     for (int t = 0; t < T; t++)
@@ -655,6 +673,7 @@ static std::vector<double> attention_ref(const std::vector<float>& q, const std:
             }
             double z = 0;
             for (int j = first; j < n; j++) z += (s[j] = std::exp(s[j] - mx));
+            if (sinks) z += std::exp((double)(*sinks)[h] - mx);
             for (int j = first; j < n; j++)
                 for (int i = 0; i < hd; i++) out[((size_t)t * nh + h) * hd + i] += s[j] / z * v[((size_t)kvh * ctx + j) * hd + i];
         }
@@ -799,6 +818,66 @@ TEST_CASE("flash-decoding: contexts 1..16k, GQA 1/2/4/8, head_dim 64/128, severa
                     }
                     if (len == 1) CHECK_THROWS_AS(flash_decode(planned, d_q.p, KvType::F16, cache.layer(), d_pos.p, d_out.p, 0), UserError);
                 }
+}
+
+TEST_CASE("attention sinks (GPT-OSS): prefill and flash-decoding add each head's sink to the denominator, with and without a window") {
+    Rng r(9);
+    GpuMemory mem;
+    const int hd = 64, nkv = 2;
+    for (KvType kt : {KvType::BF16, KvType::FP8})
+        for (int G : {1, 8})
+            for (int window : {0, 16}) {
+                const int nh = nkv * G;
+                // Sinks from far below to far above the scores (|q.k| / 8 is a few units here): some heads barely
+                // change, some attend mostly to nothing.
+                std::vector<float> sinks(nh);
+                for (int h = 0; h < nh; h++) sinks[h] = -6.f + 12.f * h / std::max(nh - 1, 1);
+                DeviceVec<float> d_sinks(sinks);
+                AttnParams ap;
+                ap.window = window, ap.sinks = d_sinks.p;
+                CAPTURE((int)kt);
+                CAPTURE(G);
+                CAPTURE(window);
+                {  // prefill: a chunk at 0 and one after earlier context
+                    for (int pos0 : {0, 45}) {
+                        CAPTURE(pos0);
+                        int T = 70, ctx = pos0 + T + 2;
+                        auto q = round_to_half(random_floats((size_t)T * nh * hd, r, 1.5f));
+                        TestCache cache = make_test_cache(kt, random_floats((size_t)nkv * ctx * hd, r, 1.5f), random_floats((size_t)nkv * ctx * hd, r), hd);
+                        DeviceVec<__half> d_q(to_half(q));
+                        DeviceVec<bf16> d_out((size_t)T * nh * hd);
+                        DeviceVec<int> d_pos(std::vector<int>{pos0});
+                        d_out.poison();
+                        prefill_attention(d_q.p, kt, cache.layer(), d_pos.p, d_out.p, T, nh, nkv, hd, ctx, ap, 0);
+                        auto ref = attention_ref(q, cache.kref, cache.vref, T, pos0, nh, nkv, hd, ctx, window, &sinks);
+                        CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), kt == KvType::FP8 ? 4e-3 : 5e-3);
+                        auto plain = attention_ref(q, cache.kref, cache.vref, T, pos0, nh, nkv, hd, ctx, window);
+                        CHECK(compare(from_bf16(d_out.download()), plain).rel_l2 > 0.05);  // the sinks matter here
+                    }
+                }
+                for (int len : {1, 40, 3000}) {  // decode, over several split counts
+                    CAPTURE(len);
+                    int ctx = len + 3;
+                    auto q = random_bf16_values((size_t)nh * hd, r, 1.5f);
+                    TestCache cache = make_test_cache(kt, random_floats((size_t)nkv * ctx * hd, r, 1.5f), random_floats((size_t)nkv * ctx * hd, r), hd);
+                    DeviceVec<bf16> d_q(to_bf16(q)), d_out((size_t)nh * hd);
+                    DeviceVec<int> d_pos(std::vector<int>{len - 1});
+                    FlashDecode planned = flash_decode_plan(nh, nkv, hd, ctx, mem);
+                    auto ref = attention_ref(q, cache.kref, cache.vref, 1, len - 1, nh, nkv, hd, ctx, window, &sinks);
+                    for (int splits : {1, 7, planned.n_splits}) {
+                        CAPTURE(splits);
+                        FlashDecode fd = with_splits(planned, splits, mem);
+                        d_out.poison();
+                        flash_decode(fd, d_q.p, kt, cache.layer(), d_pos.p, d_out.p, 0, ap);
+                        CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), 1e-2);
+                    }
+                }
+            }
+    // Sinks with KV eviction are refused in one line.
+    AttnParams bad;
+    DeviceVec<float> d_s(std::vector<float>{0.f});
+    bad.sinks = d_s.p, bad.kv_budget = 8;
+    CHECK_THROWS_AS(attn_params_check(bad, "test"), UserError);
 }
 
 TEST_CASE("flash-decoding fused with q/k norm, RoPE and the cache write: reference output, exactly the new row written") {

@@ -1,5 +1,5 @@
 // Quantized weights on the GPU: quantizers bit-identical to the CPU reference (quant.h), dequantization,
-// and the FP8 / INT4 GEMV kernels against a CPU dot product over the dequantized weights.
+// and the FP8 / INT4 / MXFP4 GEMV kernels against a CPU dot product over the dequantized weights.
 #include <doctest/doctest.h>
 
 #include "ops/gemv.cuh"
@@ -7,6 +7,7 @@
 #include "ops/linear.cuh"
 #include "runtime/moe_layer.cuh"
 #include "ops/quant.cuh"
+#include "host/mxfp4.h"
 
 using namespace monocu;
 using namespace monocu_test;
@@ -288,4 +289,162 @@ TEST_CASE("prefill with dequantization ahead on a side stream (DequantRing): the
     for (float v : in_line) norm += (double)v * v;
     CHECK(norm > 0);  // a real result, not poison or zeros
     CHECK(std::isfinite(norm));
+}
+
+// ---- MXFP4 (GPT-OSS's experts): host/mxfp4.h is the reference ----
+
+struct HostMxfp4 {
+    std::vector<float> deq;  // what the blocks decode to (host/mxfp4.h)
+    std::vector<float> bias;
+    std::unique_ptr<DeviceVec<uint8_t>> w, scale;
+    std::unique_ptr<DeviceVec<bf16>> b;
+    Linear L;
+};
+
+// Random weights encoded to MXFP4, with rows that reach every code, an all-zero block and scales far from 1; and a
+// bf16 bias (bias_std > 0).
+static HostMxfp4 make_mxfp4(Rng& r, int N, int K, float std_dev, float bias_std = 0.f) {
+    HostMxfp4 h;
+    std::vector<float> w = random_floats((size_t)N * K, r, std_dev);
+    for (int k = 0; k < std::min(K, 32); k++) w[k] = 0.f;                                  // an all-zero block
+    if (N > 1) for (int k = 0; k < K; k++) w[(size_t)K + k] = kE2M1[k % 16] * 0.25f;       // every code, scale 2^-2
+    if (N > 2) for (int k = 0; k < K; k++) w[(size_t)2 * K + k] *= 1e-3f * (k % 7 == 0 ? 1e3f : 1.f);  // spread exponents
+    std::vector<uint8_t> blocks((size_t)N * K / 2), scales((size_t)N * K / 32);
+    h.deq.resize((size_t)N * K);
+    for (int n = 0; n < N; n++) {
+        mxfp4_encode_row(&w[(size_t)n * K], K, &blocks[(size_t)n * K / 2], &scales[(size_t)n * K / 32]);
+        mxfp4_decode_row(&blocks[(size_t)n * K / 2], &scales[(size_t)n * K / 32], K, &h.deq[(size_t)n * K]);
+    }
+    h.w = std::make_unique<DeviceVec<uint8_t>>(blocks);
+    h.scale = std::make_unique<DeviceVec<uint8_t>>(scales);
+    h.L.N = N, h.L.K = K, h.L.fmt = WFormat::MXFP4, h.L.w = h.w->p, h.L.scale = h.scale->p;
+    if (bias_std > 0.f) {
+        h.bias = random_bf16_values(N, r, bias_std);
+        h.b = std::make_unique<DeviceVec<bf16>>(to_bf16(h.bias));
+        h.L.bias = h.b->p;
+    }
+    return h;
+}
+
+TEST_CASE("MXFP4: dequant_to_bf16 is host/mxfp4.h's decoding, bit for bit") {
+    Rng r(31);
+    for (auto nk : std::vector<std::pair<int, int>>{{5, 64}, {96, 2880}, {33, 96}}) {
+        CAPTURE(nk.first);
+        CAPTURE(nk.second);
+        HostMxfp4 h = make_mxfp4(r, nk.first, nk.second, 0.05f);
+        DeviceVec<bf16> d_out((size_t)nk.first * nk.second);
+        d_out.poison();
+        dequant_to_bf16(h.L, d_out.p, 0);
+        auto out = from_bf16(d_out.download());
+        size_t bad = 0;
+        for (size_t i = 0; i < out.size(); i++) bad += out[i] != h.deq[i];  // E2M1 x 2^e is exact in bf16 here
+        CHECK(bad == 0);
+    }
+}
+
+TEST_CASE("MXFP4 GEMV: store, residual add, fused RMSNorm, fused RMSNorm + SwiGLU, against the decoded weights") {
+    Rng r(32);
+    // x multiplies in fp16 (as FP8's GEMV): the reference takes the bf16 x as it is.
+    for (GemvLayout lay : {GemvLayout{0, 0, 0}, GemvLayout{1, 1, 2}, GemvLayout{1, 2, 2}, GemvLayout{1, 1, 4}, GemvLayout{1, 4, 4}, GemvLayout{2, 1, 4}})
+        for (auto shape : std::vector<std::pair<int, int>>{{2, 64}, {37, 96}, {515, 1024}, {5760, 2880}, {2880, 2880}, {64, 16384}}) {
+            int N = shape.first, K = shape.second;
+            gemv_forced_layout() = lay;
+            CAPTURE(lay.S);
+            CAPTURE(lay.KS);
+            CAPTURE(lay.R);
+            CAPTURE(N);
+            CAPTURE(K);
+            HostMxfp4 h = make_mxfp4(r, N, K, 0.05f, 0.1f);
+            auto x = random_bf16_values(K, r);
+            DeviceVec<bf16> d_x(to_bf16(x));
+            DeviceVec<float> d_y(N);
+            d_y.poison();
+            gemv_launch<GemvInput::BF16, GemvOutput::STORE_F32, false, true>(h.L, d_x.p, nullptr, 0.f, d_y.p, nullptr, 0);
+            auto ref = dot_ref(h.deq, x, N, K);
+            for (int n = 0; n < N; n++) ref[n] += h.bias[n];
+            CHECK_CLOSE(compare(d_y.download(), ref), 3e-3);
+
+            auto y0 = random_floats(N, r);
+            d_y.upload(y0);
+            gemv_launch<GemvInput::BF16, GemvOutput::ADD_F32, false, true>(h.L, d_x.p, nullptr, 0.f, d_y.p, nullptr, 0);
+            for (int n = 0; n < N; n++) ref[n] += y0[n];
+            CHECK_CLOSE(compare(d_y.download(), ref), 3e-3);
+
+            auto xf = random_floats(K, r, 2.f);
+            auto nw = random_bf16_values(K, r);
+            auto normed = rmsnorm_as_staged(xf, nw);
+            DeviceVec<float> d_xf(xf);
+            DeviceVec<bf16> d_nw(to_bf16(nw));
+            d_y.poison();
+            gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::STORE_F32, false, true>(h.L, d_xf.p, d_nw.p, 1e-6f, d_y.p, nullptr, 0);
+            auto gu = dot_ref(h.deq, normed, N, K);
+            for (int n = 0; n < N; n++) gu[n] += h.bias[n];
+            CHECK_CLOSE(compare(d_y.download(), gu), 3e-3);
+            if (N % 2 == 0 && N >= 32) {
+                DeviceVec<bf16> d_h(N / 2);
+                d_h.poison();
+                gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::SWIGLU_BF16, false, true>(h.L, d_xf.p, d_nw.p, 1e-6f, nullptr, d_h.p, 0);
+                std::vector<double> ref_h(N / 2);
+                for (int i = 0; i < N / 2; i++) ref_h[i] = gu[2 * i] / (1 + std::exp(-gu[2 * i])) * gu[2 * i + 1];
+                CHECK_CLOSE(compare(from_bf16(d_h.download()), ref_h), 8e-3);
+            }
+        }
+    gemv_forced_layout() = GemvLayout{0, 0, 0};
+}
+
+// GPT-OSS's clamped SwiGLU, as transformers computes it (in double here).
+static double oai_glu(double g, double u, double alpha, double limit) {
+    g = std::min(g, limit), u = std::max(-limit, std::min(u, limit));
+    return g / (1 + std::exp(-alpha * g)) * (u + 1);
+}
+
+TEST_CASE("MXFP4 expert GEMVs with biases and GPT-OSS's clamped SwiGLU; a plain GEMV refuses MXFP4") {
+    Rng r(33);
+    const int E = 7, f = 96, dim = 160, k = 3;
+    const std::vector<int> idx = {6, 0, 3};
+    const GluAct act{1.702f, 7.f};
+    std::vector<HostMxfp4> gu, dn;
+    std::vector<const void*> tab[6];
+    for (int e = 0; e < E; e++) {
+        gu.push_back(make_mxfp4(r, 2 * f, dim, 0.6f, 1.f));  // large: a good share of gates and ups pass the limit
+        dn.push_back(make_mxfp4(r, dim, f, 0.05f, 0.2f));
+        tab[0].push_back(gu.back().L.w), tab[1].push_back(gu.back().L.scale), tab[2].push_back(dn.back().L.w);
+        tab[3].push_back(dn.back().L.scale), tab[4].push_back(gu.back().L.bias), tab[5].push_back(dn.back().L.bias);
+    }
+    DeviceVec<const void*> t0(tab[0]), t1(tab[1]), t2(tab[2]), t3(tab[3]), t4(tab[4]), t5(tab[5]);
+    const DeviceVec<const void*>* d_tab[6] = {&t0, &t1, &t2, &t3, &t4, &t5};
+    DeviceVec<int> d_idx(idx);
+    auto xf = random_floats(dim, r, 2.f);
+    auto nw = random_bf16_values(dim, r);
+    auto normed = rmsnorm_as_staged(xf, nw);
+    DeviceVec<float> d_xf(xf);
+    DeviceVec<bf16> d_nw(to_bf16(nw)), d_h((size_t)k * f);
+    DeviceVec<float> d_y((size_t)k * dim);
+    d_h.poison(), d_y.poison();
+    gemv_experts_rmsnorm_swiglu<true>(gu[0].L, GemvExperts{d_idx.p, d_tab[0]->p, d_tab[1]->p, k, d_tab[4]->p, act}, d_xf.p, d_nw.p, 1e-6f, d_h.p, 0);
+    std::vector<float> h = from_bf16(d_h.download());
+    std::vector<double> ref_h;
+    int clamped = 0;
+    for (int j = 0; j < k; j++) {
+        auto g = dot_ref(gu[idx[j]].deq, normed, 2 * f, dim);
+        for (int i = 0; i < f; i++) {
+            double gi = g[2 * i] + gu[idx[j]].bias[2 * i], ui = g[2 * i + 1] + gu[idx[j]].bias[2 * i + 1];
+            clamped += gi > 7 || std::fabs(ui) > 7;
+            ref_h.push_back(oai_glu(gi, ui, 1.702, 7.0));
+        }
+    }
+    MESSAGE(clamped, " of ", k * f, " (gate, up) pairs clamped");
+    CHECK(clamped > k * f / 20);
+    CHECK_CLOSE(compare(h, ref_h), 8e-3);
+    gemv_experts<true>(dn[0].L, GemvExperts{d_idx.p, d_tab[2]->p, d_tab[3]->p, k, d_tab[5]->p}, d_h.p, d_y.p, 0);
+    std::vector<double> ref_y;
+    for (int j = 0; j < k; j++) {
+        std::vector<float> hj(h.begin() + (size_t)j * f, h.begin() + (size_t)(j + 1) * f);
+        auto y = dot_ref(dn[idx[j]].deq, hj, dim, f);
+        for (int n = 0; n < dim; n++) ref_y.push_back(y[n] + dn[idx[j]].bias[n]);
+    }
+    CHECK_CLOSE(compare(d_y.download(), ref_y), 3e-3);
+    // The engines' ordinary GEMVs are built without MXFP4 and say so.
+    DeviceVec<bf16> d_x(to_bf16(random_bf16_values(dim, r)));
+    CHECK_THROWS_AS(gemv(gu[0].L, d_x.p, d_y.p, 0), UserError);
 }

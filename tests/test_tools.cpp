@@ -6,12 +6,16 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "host/model_types.h"
+#include "host/mxfp4.h"
+#include "host/safetensors.h"
 #include "host/safetensors_writer.h"
 #include "test_util.h"
 
@@ -299,4 +303,60 @@ TEST_CASE("inspect shows a mixture's experts (what a token reads) and MXFP4 expe
     wr.write(dir / "model.safetensors", {{"format", "pt"}});
     REQUIRE(run_command(ins + " " + (dir / "model.safetensors"), &log) == 0);
     CHECK(log.find("MXFP4: 1 tensors (+ their scales), 2048 weights in 1.06 KiB: 4.25 bits per weight") != std::string::npos);
+}
+
+// --dtype mxfp4: GPT-OSS's experts as OpenAI publishes them, each output row host/mxfp4.h's encoding of the column of
+// transformers' input-major tensor; everything else copied bit for bit; a checkpoint without such experts is refused.
+TEST_CASE("quantize --dtype mxfp4 writes GPT-OSS's experts in the published layout") {
+    const std::string q = MONOCU_HOST_BUILD_DIR "/tools/quantize";
+    if (!built(q)) {
+        MESSAGE("skipped: " << q << " not built");
+        return;
+    }
+    TempDir dir;
+    std::string m = dir / "m", log;
+    REQUIRE(run_command("mkdir -p " + m, &log) == 0);
+    const int64_t E = 3, H = 64, F = 32;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.f, 0.3f);
+    std::vector<float> gu((size_t)E * H * 2 * F), dn((size_t)E * F * H), bias((size_t)E * 2 * F);
+    for (auto* v : {&gu, &dn, &bias})
+        for (float& x : *v) x = normal(rng);
+    auto bytes = [](const std::vector<float>& v) {
+        std::vector<uint8_t> b(v.size() * 4);
+        std::memcpy(b.data(), v.data(), b.size());
+        return b;
+    };
+    monocu::SafetensorsWriter w;
+    w.add("model.layers.0.mlp.experts.gate_up_proj", monocu::DType::F32, {E, H, 2 * F}, [&] { return bytes(gu); });
+    w.add("model.layers.0.mlp.experts.down_proj", monocu::DType::F32, {E, F, H}, [&] { return bytes(dn); });
+    w.add("model.layers.0.mlp.experts.gate_up_proj_bias", monocu::DType::F32, {E, 2 * F}, [&] { return bytes(bias); });
+    w.write(m + "/model.safetensors", {{"format", "pt"}});
+    std::ofstream(m + "/config.json") << R"({"model_type": "gpt_oss"})";
+    REQUIRE_MESSAGE(run_command(q + " " + m + " " + (dir / "out") + " --dtype mxfp4", &log) == 0, log);
+    nlohmann::json cfg = nlohmann::json::parse(slurp(dir / "out/config.json"));
+    CHECK(cfg["quantization_config"]["quant_method"] == "mxfp4");
+    monocu::Checkpoint ck = monocu::Checkpoint::open(dir / "out");
+    CHECK(ck.find("model.layers.0.mlp.experts.gate_up_proj") == nullptr);
+    const monocu::TensorView& b = ck.get("model.layers.0.mlp.experts.gate_up_proj_blocks", monocu::DType::U8, {E, 2 * F, H / 32, 16});
+    const monocu::TensorView& sc = ck.get("model.layers.0.mlp.experts.gate_up_proj_scales", monocu::DType::U8, {E, 2 * F, H / 32});
+    ck.get("model.layers.0.mlp.experts.down_proj_blocks", monocu::DType::U8, {E, H, F / 32, 16});
+    size_t bad = 0;
+    std::vector<float> col(H);
+    std::vector<uint8_t> eb(H / 2), es(H / 32);
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t n = 0; n < 2 * F; n++) {
+            for (int64_t k = 0; k < H; k++) col[k] = gu[(size_t)((e * H + k) * 2 * F + n)];
+            monocu::mxfp4_encode_row(col.data(), (int)H, eb.data(), es.data());
+            size_t row = (size_t)(e * 2 * F + n);
+            bad += std::memcmp(eb.data(), b.data + row * (H / 2), H / 2) != 0;
+            bad += std::memcmp(es.data(), sc.data + row * (H / 32), H / 32) != 0;
+        }
+    CHECK(bad == 0);
+    const monocu::TensorView& bt = ck.get("model.layers.0.mlp.experts.gate_up_proj_bias", {E, 2 * F});
+    CHECK(std::memcmp(bt.data, bias.data(), bias.size() * 4) == 0);
+    // Nothing to write in mxfp4: refused, and nothing left behind.
+    CHECK(run_command(q + " models/pycoder-13m " + (dir / "none") + " --dtype mxfp4", &log) == 1);
+    CHECK(log.find("no mlp.experts.gate_up_proj") != std::string::npos);
+    CHECK(access((dir / "none").c_str(), F_OK) != 0);
 }

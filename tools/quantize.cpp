@@ -1,6 +1,7 @@
 // quantize — write a pre-quantized checkpoint that the engines load directly (CPU only, runs anywhere).
 //
 //   build/tools/quantize IN_DIR OUT_DIR --dtype fp8|int4 [--lm-head fp8|bf16] [--calib DIR[,DIR...] [--damp 0.01]]
+//   build/tools/quantize IN_DIR OUT_DIR --dtype mxfp4          (GPT-OSS: the experts as OpenAI publishes them)
 //
 // Every projection (q/k/v/o/gate/up/down_proj; LFM2's in_proj, out_proj and w1/w2/w3, its experts' too; not a
 // mixture's router, which the engines keep bf16) becomes, under its own name:
@@ -19,6 +20,11 @@
 // sums their Gram matrices over all DIRs. An FP8 output projection is GPTQ'd too, from final_norm.npy (its
 // input, which every --dump-dir holds); a bf16 one stays as it is. config.json's quantization_config then
 // also says "method": "gptq" and the number of calibration tokens.
+//
+// --dtype mxfp4 writes a GPT-OSS checkpoint's experts (layer.mlp.experts.gate_up_proj [E][K][N] and down_proj, as
+// transformers saves them: input-major) in the layout OpenAI publishes: P_blocks U8 [E][N][K/32][16] and P_scales
+// U8 [E][N][K/32] (host/mxfp4.h's encoding of each output row), with "quantization_config": {"quant_method": "mxfp4"};
+// everything else, biases included, is copied as it is (the engine can still quantize attention with --dtype).
 #include <dirent.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -36,6 +42,7 @@
 #include "host/errors.h"
 #include "host/files.h"
 #include "host/gptq.h"
+#include "host/mxfp4.h"
 #include "host/npy.h"
 #include "host/quant.h"
 #include "host/safetensors.h"
@@ -123,6 +130,42 @@ static void add_int4(SafetensorsWriter& wr, const std::string& prefix, const Ten
         std::memcpy(b.data(), scales->data(), b.size());
         return b;
     });
+}
+
+static bool is_fused_expert(const std::string& name) {
+    for (const char* p : {".mlp.experts.gate_up_proj", ".mlp.experts.down_proj"}) {
+        size_t n = std::strlen(p);
+        if (name.size() > n && name.compare(name.size() - n, n, p) == 0) return true;
+    }
+    return false;
+}
+
+// A layer's experts P [E][K][N] (input-major) as P_blocks U8 [E][N][K/32][16] and P_scales U8 [E][N][K/32].
+static void add_mxfp4_experts(SafetensorsWriter& wr, const TensorView& t) {
+    if (t.shape.size() != 3) die("%s: tensor '%s' is not [experts][in][out]", t.file.c_str(), t.name.c_str());
+    if (t.dtype != DType::BF16 && t.dtype != DType::F16 && t.dtype != DType::F32)
+        die("%s: tensor '%s' has dtype %s; quantize reads BF16, F16 or F32", t.file.c_str(), t.name.c_str(), dtype_name(t.dtype));
+    const int64_t E = t.shape[0], K = t.shape[1], N = t.shape[2];
+    if (K % kMxfp4Block != 0) die("%s: tensor '%s' has %lld inputs; mxfp4 needs a multiple of 32", t.file.c_str(), t.name.c_str(), (long long)K);
+    auto scales = std::make_shared<std::vector<uint8_t>>((size_t)E * N * (K / 32));
+    wr.add(t.name + "_blocks", DType::U8, {E, N, K / 32, 16}, [&t, scales, E, K, N] {
+        std::vector<uint8_t> blocks((size_t)E * N * (K / 2));
+        parallel_rows(E * N, [&](int64_t en) {  // expert e's output row n: column n of its [K][N]
+            int64_t e = en / N, n = en % N;
+            std::vector<float> row(K);
+            for (int64_t k = 0; k < K; k++) {
+                size_t i = (size_t)((e * K + k) * N + n);
+                float v;
+                if (t.dtype == DType::BF16) v = bf16_bits_to_float(reinterpret_cast<const uint16_t*>(t.data)[i]);
+                else if (t.dtype == DType::F16) v = f16_bits_to_float(reinterpret_cast<const uint16_t*>(t.data)[i]);
+                else std::memcpy(&v, t.data + 4 * i, 4);
+                row[k] = v;
+            }
+            mxfp4_encode_row(row.data(), (int)K, &blocks[(size_t)en * (K / 2)], &(*scales)[(size_t)en * (K / 32)]);
+        });
+        return blocks;
+    });
+    wr.add(t.name + "_scales", DType::U8, {E, N, K / 32}, [scales] { return *scales; });  // filled by the producer above
 }
 
 static void add_copy(SafetensorsWriter& wr, const TensorView& t) {
@@ -249,6 +292,25 @@ static int quantize_into(const std::string& in, const std::string& out, const st
     std::vector<const TensorView*> tensors;
     for (const TensorView& t : ck.tensors()) tensors.push_back(&t);
     std::sort(tensors.begin(), tensors.end(), [](const TensorView* a, const TensorView* b) { return a->name < b->name; });
+    if (dtype == "mxfp4") {
+        if (!calib.empty()) die("--calib: GPTQ is not supported with --dtype mxfp4");
+        int n_exp = 0;
+        for (const TensorView* t : tensors) {
+            if (is_fused_expert(t->name)) add_mxfp4_experts(wr, *t), n_exp++;
+            else add_copy(wr, *t);
+        }
+        if (n_exp == 0) die("%s: no mlp.experts.gate_up_proj / down_proj tensors (GPT-OSS's experts) to write in mxfp4", in.c_str());
+        wr.write(out + "/model.safetensors", {{"format", "pt"}});
+        cfg["quantization_config"] = {{"quant_method", "mxfp4"},
+                                      {"modules_to_not_convert", {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}};
+        write_file(out + "/config.json", cfg.dump(2) + "\n");
+        for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
+            copy_file_if_present(in + "/" + f, out + "/" + f);
+        Checkpoint check = Checkpoint::open(out);
+        std::printf("quantize: %d expert tensors to mxfp4; %s: %zu tensors, %.2f MiB\n", n_exp, final_out.c_str(), check.tensors().size(),
+                    check.total_bytes() / 1048576.0);
+        return 0;
+    }
     std::vector<const TensorView*> projections;
     for (const TensorView* t : tensors)
         if (is_projection(t->name)) check_float_matrix(*t), projections.push_back(t);
@@ -325,7 +387,8 @@ int main(int argc, char** argv) {
         for (int i = 1; i < argc; i++) {
             std::string a = argv[i];
             if (a == "-h" || a == "--help") {
-                std::printf("usage: quantize IN_DIR OUT_DIR --dtype fp8|int4 [--lm-head fp8|bf16] [--calib DIR[,DIR...] [--damp F]]\n"
+                std::printf("usage: quantize IN_DIR OUT_DIR --dtype fp8|int4|mxfp4 [--lm-head fp8|bf16] [--calib DIR[,DIR...] [--damp F]]\n"
+                            "  mxfp4    GPT-OSS's experts as OpenAI publishes them; everything else unchanged\n"
                             "  --calib  GPTQ over the projection inputs an engine dumped with --dump-dir DIR --dump-inputs\n"
                             "  --damp   fraction of the mean input energy added to the diagonal (default 0.01)\n");
                 return 0;
@@ -333,7 +396,7 @@ int main(int argc, char** argv) {
             if (a == "--dtype") {
                 if (i + 1 >= argc) die_usage("--dtype needs a value");
                 dtype = argv[++i];
-                if (dtype != "fp8" && dtype != "int4") die_usage("--dtype: '%s' is not one of fp8, int4", dtype.c_str());
+                if (dtype != "fp8" && dtype != "int4" && dtype != "mxfp4") die_usage("--dtype: '%s' is not one of fp8, int4, mxfp4", dtype.c_str());
             } else if (a == "--lm-head") {
                 if (i + 1 >= argc) die_usage("--lm-head needs a value");
                 head = argv[++i];

@@ -8,6 +8,8 @@
 //   Linear qkv = load_linear(ck, {{...q_proj, ...k_proj, ...v_proj}, {q_dim, kv_dim, kv_dim}, false, true}, ...);
 //                                                                              // with each part's bias (Qwen2)
 //   WFormat f = checkpoint_weight_format(ck, "model.layers.0.self_attn.q_proj");  // what the file holds
+//   ExpertLinears x = load_experts(ck, E, ffn, dim, names, fmt, mem, s);     // a mixture's experts, one tensor each
+//   ExpertLinears x = load_fused_experts(ck, "model.layers.0.mlp.experts.", E, ffn, dim, fmt, mem, s);  // GPT-OSS's
 //
 // What a checkpoint may hold for a projection P (names as transformers writes them):
 //   P.weight BF16 / F16 / F32 [N][K]                 plain weights: uploaded, or quantized on the GPU
@@ -130,11 +132,23 @@ inline void alloc_linear(Linear& L, WFormat fmt, int kblock, GpuMemory& mem) {
         L.kblock = kblock;
         L.w = mem.alloc<uint8_t>(n, "weights");
         L.scale = mem.alloc<float>((size_t)L.N * (L.K / kblock), "weights");
+    } else if (fmt == WFormat::MXFP4) {
+        if (L.K % 32 != 0) die("mxfp4 needs in_features divisible by 32; this model has a projection with %d", L.K);
+        L.w = mem.alloc<uint8_t>(n / 2, "weights");
+        L.scale = mem.alloc<uint8_t>(n / 32, "weights");
     } else {
         if (L.K % kInt4Group != 0) die("int4 needs in_features divisible by %d; this model has a projection with %d", kInt4Group, L.K);
         L.w = mem.alloc<uint8_t>(n / 2, "weights");
         L.scale = mem.alloc<bf16>(n / kInt4Group, "weights");
     }
+}
+
+// L (N and K set) allocated in `target` (FP8 or INT4) and filled by quantizing the bf16 [N][K] weights w on the GPU.
+inline void quantize_into(Linear& L, const bf16* w, WFormat target, GpuMemory& mem, cudaStream_t s) {
+    alloc_linear(L, target, fp8_kblock(L.K), mem);
+    if (target == WFormat::FP8) quantize_fp8(w, (uint8_t*)L.w, (float*)L.scale, L.N, L.K, s);
+    else if (target == WFormat::INT4) quantize_int4_g128(w, (uint8_t*)L.w, (bf16*)L.scale, L.N, L.K, s);
+    else die("load: quantizing to %s on load is not supported", wformat_name(target));
 }
 
 }  // namespace load_detail
@@ -195,9 +209,7 @@ inline Linear load_linear_weights(const Checkpoint& ck, const LinearParts& lp, i
         bf16* tmp = nullptr;  // bf16 staging, then quantize on the GPU
         CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&tmp), (size_t)L.N * K * 2, s));
         upload_float_parts(ck, lp, K, tmp, s);
-        alloc_linear(L, target, fp8_kblock(K), mem);
-        if (target == WFormat::FP8) quantize_fp8(tmp, (uint8_t*)L.w, (float*)L.scale, L.N, K, s);
-        else quantize_int4_g128(tmp, (uint8_t*)L.w, (bf16*)L.scale, L.N, K, s);
+        quantize_into(L, tmp, target, mem, s);
         CUDA_CHECK(cudaFreeAsync(tmp, s));
         return L;
     }
@@ -280,26 +292,100 @@ struct ExpertLinears {
     const void** gate_up_scale = nullptr;
     const void** down_w = nullptr;
     const void** down_scale = nullptr;
+    const void** gate_up_bias = nullptr;  // device [E] tables of the experts' biases (GPT-OSS), or null: none
+    const void** down_bias = nullptr;
     size_t expert_bytes() const { return gate_up[0].bytes() + down[0].bytes(); }  // what one expert's GEMVs read
+
+    // The device tables of the loaded gate_up and down (weights, scales and, where any expert has one, biases).
+    void make_tables(GpuMemory& mem, cudaStream_t s) {
+        const int E = (int)gate_up.size();
+        std::vector<const void*> tab[6];
+        for (int e = 0; e < E; e++) {
+            tab[0].push_back(gate_up[e].w), tab[1].push_back(gate_up[e].scale), tab[2].push_back(down[e].w);
+            tab[3].push_back(down[e].scale), tab[4].push_back(gate_up[e].bias), tab[5].push_back(down[e].bias);
+        }
+        const void*** dst[6] = {&gate_up_w, &gate_up_scale, &down_w, &down_scale, &gate_up_bias, &down_bias};
+        for (int t = 0; t < 6; t++) {
+            if (t >= 4 && !tab[t][0]) continue;  // no biases
+            *dst[t] = const_cast<const void**>(mem.alloc<const void*>(E, "weights"));
+            CUDA_CHECK(cudaMemcpyAsync(*dst[t], tab[t].data(), E * sizeof(void*), cudaMemcpyHostToDevice, s));
+        }
+        CUDA_CHECK(cudaStreamSynchronize(s));  // the tables live on this stack frame
+    }
 };
 
 template <class Names>
 inline ExpertLinears load_experts(const Checkpoint& ck, int E, int ffn, int dim, Names names, WFormat fmt, GpuMemory& mem, cudaStream_t s) {
     ExpertLinears x;
-    std::vector<const void*> tab[4];
     for (int e = 0; e < E; e++) {
         std::array<std::string, 3> n = names(e);
         x.gate_up.push_back(load_linear(ck, {{n[0], n[1]}, {ffn, ffn}, true, false}, dim, fmt, mem, s));
         x.down.push_back(load_linear(ck, {{n[2]}, {dim}, false, false}, ffn, fmt, mem, s));
-        tab[0].push_back(x.gate_up.back().w), tab[1].push_back(x.gate_up.back().scale);
-        tab[2].push_back(x.down.back().w), tab[3].push_back(x.down.back().scale);
     }
-    const void*** dst[4] = {&x.gate_up_w, &x.gate_up_scale, &x.down_w, &x.down_scale};
-    for (int t = 0; t < 4; t++) {
-        *dst[t] = const_cast<const void**>(mem.alloc<const void*>(E, "weights"));
-        CUDA_CHECK(cudaMemcpyAsync(*dst[t], tab[t].data(), E * sizeof(void*), cudaMemcpyHostToDevice, s));
+    x.make_tables(mem, s);
+    return x;
+}
+
+static __global__ void transpose_bf16_kernel(const bf16* __restrict__ in, bf16* __restrict__ out, int rows, int cols) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)rows * cols; i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / cols, c = i % cols;  // in [rows][cols] -> out [cols][rows]
+        out[c * rows + r] = in[i];
     }
-    CUDA_CHECK(cudaStreamSynchronize(s));  // the tables live on this stack frame
+}
+
+// Experts stored together, all E of a layer in one tensor per projection under `block` (GPT-OSS:
+// "model.layers.3.mlp.experts."): P = gate_up_proj ([2 ffn][dim] per expert, rows 2i gate and 2i + 1 up: the kit's
+// interleaving already) and down_proj ([dim][ffn]), each with P_bias [E][N]. The weights either as OpenAI publishes
+// them, P_blocks U8 [E][N][K / 32][16] and P_scales U8 [E][N][K / 32] (MXFP4, host/mxfp4.h: kept as they are, whatever
+// the runtime's format), or as transformers saves a float model, P [E][K][N] (input-major: transposed here, then in the
+// runtime's format like any projection).
+inline ExpertLinears load_fused_experts(const Checkpoint& ck, const std::string& block, int E, int ffn, int dim, WFormat fmt, GpuMemory& mem,
+                                        cudaStream_t s) {
+    auto one = [&](const std::string& P, int N, int K, int e) {
+        const std::string name = block + P;
+        Linear L;
+        L.N = N, L.K = K, L.label = linear_label({{name}, {N}});
+        if (ck.find(name + "_blocks")) {
+            if (K % 32 != 0) die("%s_blocks: mxfp4 needs in_features divisible by 32, got %d", name.c_str(), K);
+            const TensorView& b = ck.get(name + "_blocks", DType::U8, {E, N, K / 32, 16});
+            const TensorView& sc = ck.get(name + "_scales", DType::U8, {E, N, K / 32});
+            load_detail::alloc_linear(L, WFormat::MXFP4, 0, mem);
+            upload_bytes(L.w, b.data + (size_t)e * N * (K / 2), (size_t)N * (K / 2), s);
+            upload_bytes(L.scale, sc.data + (size_t)e * N * (K / 32), (size_t)N * (K / 32), s);
+        } else {
+            const TensorView& t = ck.get(name, {E, K, N});
+            TensorView slab = t;  // expert e's [K][N]
+            slab.shape = {K, N};
+            slab.data = t.data + t.nbytes() / E * e, slab.begin = t.begin + t.nbytes() / E * e, slab.end = slab.begin + t.nbytes() / E;
+            bf16 *in = nullptr, *tr = nullptr;
+            CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&in), (size_t)K * N * 2, s));
+            upload_bf16(slab, in, N, s);
+            if (fmt == WFormat::BF16) {
+                load_detail::alloc_linear(L, WFormat::BF16, 0, mem);
+                tr = static_cast<bf16*>(L.w);
+            } else {
+                CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&tr), (size_t)K * N * 2, s));
+            }
+            transpose_bf16_kernel<<<(unsigned)std::min<size_t>(CEIL_DIV((size_t)K * N, 256), 65535), 256, 0, s>>>(in, tr, K, N);
+            LAUNCH_CHECK();
+            if (fmt != WFormat::BF16) {
+                load_detail::quantize_into(L, tr, fmt, mem, s);
+                CUDA_CHECK(cudaFreeAsync(tr, s));
+            }
+            CUDA_CHECK(cudaFreeAsync(in, s));
+        }
+        const TensorView& bt = ck.get(name + "_bias", {E, N});
+        TensorView brow = bt;  // expert e's [N]
+        brow.shape = {N};
+        brow.data = bt.data + bt.nbytes() / E * e, brow.begin = bt.begin + bt.nbytes() / E * e, brow.end = brow.begin + bt.nbytes() / E;
+        bf16* bias = mem.alloc<bf16>(N, "weights");
+        upload_bf16(brow, bias, N, s);
+        L.bias = bias;
+        return L;
+    };
+    ExpertLinears x;
+    for (int e = 0; e < E; e++) x.gate_up.push_back(one("gate_up_proj", 2 * ffn, dim, e)), x.down.push_back(one("down_proj", dim, ffn, e));
+    x.make_tables(mem, s);
     return x;
 }
 

@@ -181,6 +181,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+    if (ap.sinks) {  // GPT-OSS: the head's sink joins each row's denominator
+        const float sink = attn_sink_log2(ap, h);
+        l_lo += exp2f(sink - m_lo), l_hi += exp2f(sink - m_hi);
+    }
     float inv_lo = 1.f / l_lo, inv_hi = 1.f / l_hi;
     if (ap.h2o_stats && t == 0) {  // KV eviction: each query's softmax max and sum (h2o.cuh turns scores into probabilities)
         if (row_lo < T) ap.h2o_stats[(size_t)row_lo * nh + h] = make_float2(m_lo, l_lo);

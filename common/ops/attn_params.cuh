@@ -8,8 +8,9 @@
 //   attn_params_check(p, "prefill_attention");   // die()s on an option its kernels do not implement yet
 //
 // Options the next families need are fields here, so that they reach every attention kernel the same way:
-// softcap (Gemma 2: scores s -> c tanh(s / c)) and sinks (GPT-OSS: one learned logit per head that joins the
-// softmax denominator) are declared, and refused by attn_params_check until their kernels exist.
+// sinks (GPT-OSS: one learned logit per query head that joins the softmax denominator and drops out of the sum,
+// out = sum_j e^(s_j) v_j / (sum_j e^(s_j) + e^(sink)); both kernels add it to their final denominator), and softcap
+// (Gemma 2: scores s -> c tanh(s / c)), declared and refused by attn_params_check until its kernels exist.
 //
 // KV eviction (ops/h2o.cuh) is not a family's option but the runtime's; the kit's attention layer sets its three
 // fields, which change where a position's keys live (kv_row) and make the kernels record what H2O accumulates.
@@ -22,7 +23,7 @@ namespace monocu {
 struct AttnParams {
     int window = 0;                // 0: full causal; W > 0: keys (i - W, i] for a query at position i
     float softcap = 0.f;           // not implemented yet (attn_params_check refuses it)
-    const float* sinks = nullptr;  // [n_heads] not implemented yet (attn_params_check refuses it)
+    const float* sinks = nullptr;  // [n_heads] fp32 on the device, in the scores' natural-log units, or null
     // KV eviction (h2o.cuh), set by runtime/attention_layer.cuh:
     int kv_budget = 0;              // 0: position p lives in cache row p. N > 0: the cache keeps at most N rows between
                                     // passes, so a pass whose first token is at p writes rows min(p, N) onwards (kv_row)
@@ -38,10 +39,13 @@ __host__ __device__ __forceinline__ int kv_row(const AttnParams& p, int pos) { r
 inline void attn_params_check(const AttnParams& p, const char* who) {
     if (p.window < 0) die("%s: sliding window %d is negative", who, p.window);
     if (p.softcap != 0.f) die("%s: attention logit softcapping is not implemented", who);
-    if (p.sinks) die("%s: attention sinks are not implemented", who);
     if (p.kv_budget < 0) die("%s: KV budget %d is negative", who, p.kv_budget);
+    if (p.kv_budget > 0 && p.sinks) die("%s: KV eviction (--kv-budget) with attention sinks is not implemented", who);
     if (p.kv_budget > 0 && p.window > 0) die("%s: KV eviction (--kv-budget) on a sliding-window layer is not implemented", who);
 }
+
+// A head's sink in the kernels' log2 units (their scores are q.k / sqrt(d) times log2 e): 2^(this - m) joins the sum.
+__device__ __forceinline__ float attn_sink_log2(const AttnParams& p, int head) { return p.sinks[head] * 1.4426950408889634f; }
 
 // The first key a query at position pos may see.
 __host__ __device__ __forceinline__ int attn_first_key(const AttnParams& p, int pos) {

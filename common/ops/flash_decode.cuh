@@ -511,6 +511,7 @@ __global__ void __launch_bounds__(32)
         L = L * a + Lo * b, M = Mn;
     }
     if (ap.h2o_stats && blockIdx.y == 0 && threadIdx.x == 0) ap.h2o_stats[h] = make_float2(M, L);  // KV eviction
+    if (ap.sinks) L += exp2f(attn_sink_log2(ap, h) - M);  // GPT-OSS: the head's sink joins the denominator
     if (grp == 0) {
         float inv_L = 1.f / L;
         uint2 packed = make_uint2(pack_bf16x2(o.x * inv_L, o.y * inv_L), pack_bf16x2(o.z * inv_L, o.w * inv_L));

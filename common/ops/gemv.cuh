@@ -1,4 +1,4 @@
-// ops/gemv.cuh — batch-1 decode matmul, y = W x, for bf16, FP8 and INT4 weights: the step that decides decode speed.
+// ops/gemv.cuh — batch-1 decode matmul, y = W x, for bf16, FP8, INT4 (and MXFP4) weights: the step that decides decode speed.
 //
 // Usage (L is a Linear from weights.cuh: [N][K] weights in any format, plus scales and an optional bias):
 //   gemv(L, x_bf16, y, stream);                            // y[n]  = W[n] . x
@@ -6,7 +6,7 @@
 //   gemv_rmsnorm(L, x_f32, norm_w, eps, y, stream);        // y[n]  = W[n] . rmsnorm(x)
 //   gemv_rmsnorm_swiglu(L, x_f32, norm_w, eps, h, stream); // h[i]  = silu(W[2i] . n) * (W[2i+1] . n), n = rmsnorm(x)
 //   gemv_add(L, x, y, stream, l2_ahead(next, after_wait));  // the same, also warming L2 with next's first 8 MB
-//   K a multiple of 8 (16 for FP8, 128 for INT4); rows 16-byte aligned.
+//   K a multiple of 8 (16 for FP8, 128 for INT4, 32 for MXFP4); rows 16-byte aligned.
 //
 // Why our own kernel: at batch 1 the whole cost is reading W once, and cuBLAS reaches only 34-61% of HBM
 // bandwidth on Qwen3-4B's projection shapes. Layout of the work:
@@ -47,6 +47,8 @@
 //         (~24; ~58 when it was fp16 HFMA2 on x staged in fp16: Qwen3-4B int4 decode 577 -> 608 tok/s,
 //         8B 408 -> 437). The int8 rounding of x is small next to INT4's own error: on the shipped model
 //         (numpy, kb/log.md) it alone moves the logits by 0.6%, INT4 by 9.1%, both together by 9.1%.
+//   mxfp4: 32 weights and their E8M0 scale; x staged as FP8's; per 4 weights five byte permutes make fp16
+//         weights of the E2M1 codes, two HFMA2 multiply-add them (~60).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -101,11 +103,15 @@ struct GemvExperts {
     const int* idx = nullptr;             // device [k]: the chosen experts
     const void* const* w = nullptr;       // device [E]
     const void* const* scale = nullptr;   // device [E] (quantized formats)
+    const void* const* bias = nullptr;    // device [E] bf16 [N] each (GPT-OSS's expert biases), or null: none
     int k = 1;
     size_t x_stride = 0, y_stride = 0;
+    GluAct act;                           // the SwiGLU epilogue's form (swiglu.cuh): plain, or GPT-OSS's clamped one
 
     GemvExperts() = default;
-    GemvExperts(const int* idx_, const void* const* w_, const void* const* scale_, int k_) : idx(idx_), w(w_), scale(scale_), k(k_) {}
+    GemvExperts(const int* idx_, const void* const* w_, const void* const* scale_, int k_, const void* const* bias_ = nullptr,
+                GluAct act_ = {})
+        : idx(idx_), w(w_), scale(scale_), bias(bias_), k(k_), act(act_) {}
 };
 
 // The start of next's weights, up to kL2AheadBytes. Why: a decode step leaves HBM idle at the seams of its
@@ -141,7 +147,8 @@ __device__ __forceinline__ void l2_prefetch_share(const L2Prefetch& pf) {
 // Lane 0 of a warp owning rows (row0, row0 + 1) writes them: store, residual add (to old[0], old[1], the rows'
 // values that gemv_fetch_old put in shared memory), or SwiGLU of the pair.
 template <GemvOutput OUT>
-__device__ __forceinline__ void gemv_write(float acc0, float acc1, const float* old, int row0, int N, float* y, bf16* y_bf16) {
+__device__ __forceinline__ void gemv_write(float acc0, float acc1, const float* old, int row0, int N, float* y, bf16* y_bf16,
+                                           const GluAct& act) {
     if constexpr (OUT == GemvOutput::STORE_F32) {
         y[row0] = acc0;
         if (row0 + 1 < N) y[row0 + 1] = acc1;
@@ -149,7 +156,7 @@ __device__ __forceinline__ void gemv_write(float acc0, float acc1, const float* 
         y[row0] = old[0] + acc0;
         if (row0 + 1 < N) y[row0 + 1] = old[1] + acc1;
     } else {  // rows (2i, 2i+1) = (gate_i, up_i)
-        y_bf16[row0 / 2] = __float2bfloat16_rn(silu(acc0) * acc1);
+        y_bf16[row0 / 2] = __float2bfloat16_rn(glu(acc0, acc1, act));
     }
 }
 
@@ -273,6 +280,44 @@ struct Int4Weights {
     }
 };
 
+// MXFP4 (GPT-OSS's experts): a chunk of 16 bytes is one MXFP4 block, 32 E2M1 codes and one E8M0 scale. x is staged
+// as FP8's is (fp16, pre-scaled by 2^-8), and the codes become fp16 weights: twice a code's value (0, 1, 2, 3, 4, 6, 8,
+// 12, and their negatives) is an fp16 number whose low byte is 0, so byte permutes make them: one looks the high bytes
+// of 4 magnitudes (code & 7) up among the positive values, one among the negative ones, a third takes each byte from
+// the first or the second by the code's sign bit, and two more spread the 4 bytes into two half2 words. Per 4 weights
+// 5 permutes and 2 HFMA2; the chunk's scale (chunk_scale: 2^(s - 128), the halving folded in) comes once per chunk.
+// Why not INT4's int8 records of x and dp4a (fewer instructions): the int8 rounding of x was the larger error, as the
+// MXFP4 weights themselves are exact. On tiny-gpt-oss it moved decode 3.1% away from prefill (which multiplies the
+// dequantized weights in bf16) and changed the greedy tokens after 17 (the engine test's bound is 2%).
+struct Mxfp4Weights {
+    static constexpr int kPerChunk = 32;
+    static constexpr int kWideRows = 4;
+    static constexpr int kWarps2Row = kGemvWarps;
+    static constexpr size_t front_bytes(int) { return 0; }
+    static __device__ __forceinline__ void stage8(void* xs, int i, const float* v, unsigned lanes) { Fp8Weights::stage8(xs, i, v, lanes); }
+    static __device__ __forceinline__ float dot(uint4 w, const void* xs, int chunk) {
+        constexpr uint32_t kPos0 = 0x42403C00u, kPos1 = 0x4A484644u;  // fp16 high bytes of 0, 1, 2, 3 | 4, 6, 8, 12
+        constexpr uint32_t kNeg0 = 0xC2C0BC80u, kNeg1 = 0xCAC8C6C4u;  // ... of -0, -1, -2, -3 | -4, -6, -8, -12
+        const __half2* x = static_cast<const __half2*>(xs) + chunk * 16;
+        const uint32_t* p = reinterpret_cast<const uint32_t*>(&w);
+        __half2 acc[2] = {__float2half2_rn(0.f), __float2half2_rn(0.f)};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {  // word j: elements 8j .. 8j + 7, element 8j + n in nibble n
+            const uint32_t mag = p[j] & 0x77777777u, sel = ((p[j] >> 1) & 0x44444444u) | 0x32103210u;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {  // nibbles 4h .. 4h + 3: the high bytes of 4 fp16 weights
+                const uint32_t m = mag >> (16 * h);
+                const uint32_t v = __byte_perm(__byte_perm(kPos0, kPos1, m), __byte_perm(kNeg0, kNeg1, m), sel >> (16 * h));
+                const uint32_t w01 = __byte_perm(v, 0u, 0x1404u), w23 = __byte_perm(v, 0u, 0x3424u);
+                acc[h] = __hfma2(*reinterpret_cast<const __half2*>(&w01), x[4 * j + 2 * h], acc[h]);
+                acc[h] = __hfma2(*reinterpret_cast<const __half2*>(&w23), x[4 * j + 2 * h + 1], acc[h]);
+            }
+        }
+        float2 a = __half22float2(acc[0]), b = __half22float2(acc[1]);
+        return (a.x + a.y + b.x + b.y) * (1.f / kFp8XScale);
+    }
+};
+
 // Warps per block of F's kernels of R rows per warp. Every block stages x for its own warps, and INT4's staging
 // is arithmetic (x quantized to int8 per 32) that two or three blocks of an SM repeat side by side (0.9-2 us at
 // the start of each of its GEMVs; kb/log.md, sixteenth session), so its 2-row kernels (78-80 registers) run 2
@@ -289,6 +334,9 @@ template <class F>
 __device__ __forceinline__ float chunk_scale(const Linear& L, int row, int chunk) {
     if constexpr (std::is_same<F, Int4Weights>::value) {
         return __bfloat162float(static_cast<const bf16*>(L.scale)[(size_t)row * (L.K / kInt4Group) + chunk * F::kPerChunk / kInt4Group]);
+    } else if constexpr (std::is_same<F, Mxfp4Weights>::value) {  // 2^(s - 127) / 2: the dot's weights are doubled
+        uint32_t e = static_cast<const uint8_t*>(L.scale)[(size_t)row * (L.K / 32) + chunk];
+        return __uint_as_float(e >= 2 ? (e - 1) << 23 : 0x00200000u << e);
     } else if constexpr (std::is_same<F, Fp8Weights>::value) {
         int n_kb = L.K / L.kblock;
         return n_kb == 1 ? 1.f : static_cast<const float*>(L.scale)[(size_t)row * n_kb + chunk * F::kPerChunk / L.kblock];
@@ -418,6 +466,7 @@ __global__ void __launch_bounds__(gemv_warps<F>(R) * 32)
         const int j = blockIdx.y, e = ex.idx[j];
         L.w = const_cast<void*>(ex.w[e]);
         if (ex.scale) L.scale = const_cast<void*>(ex.scale[e]);
+        if (ex.bias) L.bias = ex.bias[e];
         x_in = static_cast<const uint8_t*>(x_in) + j * ex.x_stride;
         if (y) y += j * ex.y_stride;
         if (y_bf16) y_bf16 += j * ex.y_stride;
@@ -545,7 +594,7 @@ __global__ void __launch_bounds__(gemv_warps<F>(R) * 32)
                 if (done_row0 + r < N)
                     gemv_write<OUT>(acc[r] * row_scale<F>(L, min(done_row0 + r, N - 1)) + row_bias(L, min(done_row0 + r, N - 1)),
                                     acc[r + 1] * row_scale<F>(L, min(done_row0 + r + 1, N - 1)) + row_bias(L, min(done_row0 + r + 1, N - 1)),
-                                    &old_y[warp][r], done_row0 + r, N, y, y_bf16);
+                                    &old_y[warp][r], done_row0 + r, N, y, y_bf16, ex.act);
         if (!more) break;
     }
     TRACE_MARK(3);
@@ -684,7 +733,9 @@ inline void gemv_launch_format(const Linear& L, const void* x, const bf16* norm_
     gemv_launch_rows<F, IN, OUT, 2, X>(L, x, norm_w, eps, y, y_bf16, lay, pf, ex, stream);
 }
 
-template <GemvInput IN, GemvOutput OUT, bool X = false>
+// MX: MXFP4 weights are compiled in (the expert GEMVs of a family that publishes them: runtime/moe_layer.cuh); every
+// other instantiation refuses them, so that engines without MXFP4 do not build its kernels.
+template <GemvInput IN, GemvOutput OUT, bool X = false, bool MX = false>
 inline void gemv_launch(const Linear& L, const void* x, const bf16* norm_w, float eps, float* y, bf16* y_bf16, cudaStream_t stream,
                         L2Prefetch pf = {}, const GemvExperts& ex = {}) {
     if (L.K % 8 != 0) die("gemv: K = %d must be a multiple of 8 (16-byte rows)", L.K);
@@ -696,6 +747,13 @@ inline void gemv_launch(const Linear& L, const void* x, const bf16* norm_w, floa
         if (L.K % 16 != 0 || L.kblock <= 0 || L.K % L.kblock != 0 || L.kblock % 16 != 0)
             die("gemv: fp8 needs K %% 16 == 0 and K %% kblock == 0 (K %d, kblock %d)", L.K, L.kblock);
         return gemv_launch_format<Fp8Weights, IN, OUT, X>(L, x, norm_w, eps, y, y_bf16, pf, ex, stream);
+    }
+    if (L.fmt == WFormat::MXFP4) {
+        if constexpr (MX) {
+            if (L.K % 32 != 0) die("gemv: mxfp4 needs K %% 32 == 0, got %d", L.K);
+            return gemv_launch_format<Mxfp4Weights, IN, OUT, X>(L, x, norm_w, eps, y, y_bf16, pf, ex, stream);
+        }
+        die("gemv: mxfp4 weights in a GEMV built without them ('%s')", L.label);
     }
     if (L.K % kInt4Group != 0) die("gemv: int4 needs K %% 128 == 0, got %d", L.K);
     gemv_launch_format<Int4Weights, IN, OUT, X>(L, x, norm_w, eps, y, y_bf16, pf, ex, stream);

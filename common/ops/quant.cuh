@@ -3,7 +3,7 @@
 // Usage:
 //   quantize_fp8(w_bf16, q, scale, N, K, stream);           // per 128 inputs of a row: s = max|w| / 448
 //   quantize_int4_g128(w_bf16, packed, scales, N, K, stream); // per 128 weights: s = bf16(max|w| / 7)
-//   dequant_to_bf16(linear, out_bf16, stream);                // FP8 or INT4 Linear back to bf16 [N][K]
+//   dequant_to_bf16(linear, out_bf16, stream);                // FP8, INT4 or MXFP4 Linear back to bf16 [N][K]
 //
 // The arithmetic is quant.h's, operation for operation (IEEE division, round-to-nearest-even), so the
 // GPU and tools/quantize on a CPU produce identical bits; tests/test_gpu_quant.cu checks that.
@@ -136,17 +136,44 @@ static __global__ void dequant_int4_kernel(const uint8_t* __restrict__ packed, c
     }
 }
 
+// MXFP4 (weights.cuh): the E2M1 codes' values and an E8M0 scale byte's power of two, on the device.
+__device__ __forceinline__ float e2m1_value(uint32_t code) {
+    constexpr float kMag[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+    float m = kMag[code & 7];
+    return code & 8 ? -m : m;
+}
+__device__ __forceinline__ float e8m0_value(uint32_t s) { return __uint_as_float(s ? s << 23 : 0x00400000u); }  // 2^(s - 127)
+
+static __global__ void dequant_mxfp4_kernel(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
+                                            bf16* __restrict__ out, unsigned n_chunks) {
+    for (unsigned c = blockIdx.x * blockDim.x + threadIdx.x; c < n_chunks; c += gridDim.x * blockDim.x) {
+        uint32_t w = reinterpret_cast<const uint32_t*>(packed)[c];
+        float s = e8m0_value(scales[c / 4]);  // 8 weights of a block of 32
+        uint4 o;
+        __nv_bfloat162* op = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            uint32_t b = (w >> (8 * j)) & 0xFF;  // element 2j in the low nibble, 2j + 1 in the high one
+            op[j] = __floats2bfloat162_rn(e2m1_value(b & 0xF) * s, e2m1_value(b >> 4) * s);
+        }
+        reinterpret_cast<uint4*>(out)[c] = o;
+    }
+}
+
 inline void dequant_to_bf16(const Linear& L, bf16* out, cudaStream_t s) {
     size_t n = (size_t)L.N * L.K;
     if (n / 8 >= (1ull << 32)) die("dequant_to_bf16: a %d x %d projection is too large", L.N, L.K);
     if (L.fmt == WFormat::FP8 && (L.K % 8 != 0 || L.kblock % 8 != 0))
         die("dequant_to_bf16: fp8 needs K and its scale block to be multiples of 8 (K %d, block %d)", L.K, L.kblock);
     if (L.fmt == WFormat::INT4 && L.K % kInt4Group != 0) die("dequant_to_bf16: int4 needs K %% %d == 0, got %d", kInt4Group, L.K);
+    if (L.fmt == WFormat::MXFP4 && L.K % 32 != 0) die("dequant_to_bf16: mxfp4 needs K %% 32 == 0, got %d", L.K);
     unsigned chunks = (unsigned)(n / 8), grid = (unsigned)std::min<size_t>(CEIL_DIV(chunks, 256), 8192);
     if (L.fmt == WFormat::FP8)
         dequant_fp8_kernel<<<grid, 256, 0, s>>>((const uint8_t*)L.w, (const float*)L.scale, L.kblock, L.K / L.kblock, out, L.K, chunks);
     else if (L.fmt == WFormat::INT4)
         dequant_int4_kernel<<<grid, 256, 0, s>>>((const uint8_t*)L.w, (const bf16*)L.scale, out, chunks);
+    else if (L.fmt == WFormat::MXFP4)
+        dequant_mxfp4_kernel<<<grid, 256, 0, s>>>((const uint8_t*)L.w, (const uint8_t*)L.scale, out, chunks);
     else
         die("dequant_to_bf16: the weights are bf16 already");
     LAUNCH_CHECK();

@@ -6,9 +6,11 @@
 //   MoeRouter router{MoeScore::Softmax, 0, true, 0.f, 1.f};                    // (k comes from d)
 //   MoeFfn f = load_moe(ck, rt, layer, "model.layers.3.mlp.", {"gate_proj", "up_proj", "down_proj"}, false, router, d, dim);
 //   MoeScratch sc = moe_scratch(T_max, d.n_experts, d.k, dim, d.ffn, mem);
+//   MoeFfn g = load_moe_fused(ck, rt, layer, "model.layers.3.mlp.", router, d, dim, GluAct{1.702f, 7.f});  // GPT-OSS
 //   moe_layer(rt, f, layer, x, norm_w, eps, batch, sc);    // x += the mixture of rmsnorm(x); sc.idx then holds the
 //                                                          // choices ([T][k]: the routing_NN tap); moe_ffn is the same
-//                                                          // without a Runtime
+//                                                          // without a Runtime; moe_layer<true> when the experts
+//                                                          // may be MXFP4 (its GEMV kernels are built only then)
 //
 // The experts' matmuls:
 //   - a decode step (T = 1): the router's GEMV (RMSNorm fused), the routing kernel, then one GEMV launch for the
@@ -38,15 +40,18 @@ namespace monocu {
 // engines without a mixture do not compile them).
 // L is any one expert's projection (its shape, format and kblock).
 //   h[j] = silu(gate) * up of expert idx[j] on rmsnorm(x)         h bf16 [k][N / 2]
+// MX: the experts may be MXFP4 (GPT-OSS; only then are its kernels built).
+template <bool MX = false>
 inline void gemv_experts_rmsnorm_swiglu(const Linear& L, GemvExperts ex, const float* x, const bf16* norm_w, float eps, bf16* h,
                                         cudaStream_t s) {
     ex.x_stride = 0, ex.y_stride = (size_t)L.N / 2;
-    gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::SWIGLU_BF16, true>(L, x, norm_w, eps, nullptr, h, s, {}, ex);
+    gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::SWIGLU_BF16, true, MX>(L, x, norm_w, eps, nullptr, h, s, {}, ex);
 }
 //   y[j] = W_idx[j] h[j]                                           h bf16 [k][K], y float [k][N]
+template <bool MX = false>
 inline void gemv_experts(const Linear& L, GemvExperts ex, const bf16* h, float* y, cudaStream_t s) {
     ex.x_stride = (size_t)L.K * 2, ex.y_stride = (size_t)L.N;
-    gemv_launch<GemvInput::BF16, GemvOutput::STORE_F32, true>(L, h, nullptr, 0.f, y, nullptr, s, {}, ex);
+    gemv_launch<GemvInput::BF16, GemvOutput::STORE_F32, true, MX>(L, h, nullptr, 0.f, y, nullptr, s, {}, ex);
 }
 
 
@@ -84,9 +89,10 @@ inline MoeDims read_moe_dims(const ModelConfig& h, std::initializer_list<const c
 
 struct MoeFfn {
     MoeRouter router;
-    Linear gate;                 // [E][dim] the router's projection (bf16)
+    Linear gate;                 // [E][dim] the router's projection (bf16; GPT-OSS's with its bias)
     const float* bias = nullptr; // [E] choice bias (LFM2's expert_bias), or null
-    ExpertLinears experts;       // E experts' gate_up [2 f][dim] and down [dim][f]
+    ExpertLinears experts;       // E experts' gate_up [2 f][dim] and down [dim][f] (GPT-OSS: with biases)
+    GluAct act;                  // the experts' activation: SwiGLU, or GPT-OSS's clamped form (ops/swiglu.cuh)
     int E = 0;
     MoeForced forced;            // --force-routing: this layer's oracle choices (pos filled per pass), or none
 };
@@ -130,6 +136,20 @@ inline MoeFfn load_moe(const Checkpoint& ck, Runtime& rt, int layer, const std::
     return m;
 }
 
+// GPT-OSS's mixture layer under `block` ("model.layers.3.mlp."): the router `router` with its bias (logits = W x + b,
+// kept bf16), the experts stored together under "experts." (load_fused_experts: MXFP4 as published, or float), and
+// their clamped SwiGLU `act`.
+inline MoeFfn load_moe_fused(const Checkpoint& ck, Runtime& rt, int layer, const std::string& block, const MoeRouter& router, const MoeDims& d,
+                             int dim, GluAct act) {
+    MoeFfn m;
+    m.router = router, m.router.k = d.k, m.E = d.n_experts, m.act = act;
+    m.gate = load_linear(ck, {{block + "router"}, {d.n_experts}, false, true}, dim, WFormat::BF16, rt.mem, rt.stream);
+    m.experts = load_fused_experts(ck, block + "experts.", d.n_experts, d.ffn, dim, rt.fmt, rt.mem, rt.stream);
+    if (!rt.force_routing.empty()) m.forced = load_forced_routing(rt.force_routing, layer, d.k, rt.mem);
+    for (int e = 0; e < d.n_experts; e++) rt.lin.plan.extra(&m.experts.gate_up[e]), rt.lin.plan.extra(&m.experts.down[e]);
+    return m;
+}
+
 // What a mixture changes in the runner's roofline: a token reads (and multiplies with) k of the E experts of each of
 // the moe_layers layers. `any` is one loaded mixture layer, or null before loading (then only the products count).
 inline void moe_model_info(ModelInfo& i, int moe_layers, const MoeDims& d, int dim, const MoeFfn* any) {
@@ -167,8 +187,17 @@ inline MoeScratch moe_scratch(int T_max, int E, int k, int dim, int ffn, GpuMemo
     return s;
 }
 
+// One expert's rows of a prefill chunk: linear(), except that MXFP4 experts (MX) take the GEMM for a single row too
+// (the plain GEMVs are built without MXFP4).
+template <bool MX>
+inline void expert_linear(const Linear& L, const bf16* x, float* y, int n, Linears& lin, cudaStream_t s) {
+    if (MX) return prefill_gemm(L, x, y, n, false, lin, s);
+    linear(L, x, y, n, lin, s);
+}
+
 // x += sum over the k experts the router picks of weight * down(silu(gate(n)) * up(n)), n = rmsnorm(x) (norm_w, eps);
-// the router sees the same n.
+// the router sees the same n. MX: the experts may be MXFP4.
+template <bool MX = false>
 inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, const int* pos, int T, MoeScratch& sc, Linears& lin,
                     cudaStream_t s) {
     const int k = f.router.k, dim = f.gate.K, ffn = f.experts.down[0].K;
@@ -186,11 +215,12 @@ inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, co
         }
         {
             OpScope op("gemv experts gate_up", s);
-            gemv_experts_rmsnorm_swiglu(X.gate_up[0], GemvExperts{sc.idx, X.gate_up_w, X.gate_up_scale, k}, x, norm_w, eps, sc.h, s);
+            gemv_experts_rmsnorm_swiglu<MX>(X.gate_up[0], GemvExperts{sc.idx, X.gate_up_w, X.gate_up_scale, k, X.gate_up_bias, f.act}, x, norm_w,
+                                            eps, sc.h, s);
         }
         {
             OpScope op("gemv experts down", s);
-            gemv_experts(X.down[0], GemvExperts{sc.idx, X.down_w, X.down_scale, k}, sc.h, sc.y, s);
+            gemv_experts<MX>(X.down[0], GemvExperts{sc.idx, X.down_w, X.down_scale, k, X.down_bias}, sc.h, sc.y, s);
         }
         OpScope op("moe sum", s);
         moe_combine(sc.y, sc.weight, nullptr, 1, k, dim, x, s);
@@ -219,15 +249,15 @@ inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, co
     }
     for (int e = 0; e < f.E; e++) {
         int n = count[e + 1] - count[e];
-        if (n) linear(X.gate_up[e], sc.xg + (size_t)count[e] * dim, sc.gu + (size_t)count[e] * 2 * ffn, n, lin, s);
+        if (n) expert_linear<MX>(X.gate_up[e], sc.xg + (size_t)count[e] * dim, sc.gu + (size_t)count[e] * 2 * ffn, n, lin, s);
     }
     {
         OpScope op("swiglu", s);
-        swiglu_interleaved(sc.gu, sc.h, (int)tk, ffn, s);
+        swiglu_interleaved(sc.gu, sc.h, (int)tk, ffn, s, f.act);
     }
     for (int e = 0; e < f.E; e++) {
         int n = count[e + 1] - count[e];
-        if (n) linear(X.down[e], sc.h + (size_t)count[e] * ffn, sc.y + (size_t)count[e] * dim, n, lin, s);
+        if (n) expert_linear<MX>(X.down[e], sc.h + (size_t)count[e] * ffn, sc.y + (size_t)count[e] * dim, n, lin, s);
     }
     OpScope op("moe sum", s);
     moe_combine(sc.y, sc.weight, sc.rows, T, k, dim, x, s);
@@ -237,8 +267,9 @@ inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, co
 
 // moe_ffn as one layer of an engine's forward(): the batch's tokens, the runtime's projections and stream, and the
 // choices as the routing_NN tap (oracle/compare.py reads them; --force-routing feeds them back).
+template <bool MX = false>
 inline void moe_layer(Runtime& rt, const MoeFfn& f, int layer, float* x, const bf16* norm_w, float eps, const Batch& b, MoeScratch& sc) {
-    moe_ffn(f, x, norm_w, eps, b.pos, b.n_tokens, sc, rt.lin, rt.stream);
+    moe_ffn<MX>(f, x, norm_w, eps, b.pos, b.n_tokens, sc, rt.lin, rt.stream);
     rt.taps.i32(strf("routing_%02d", layer), sc.idx, b.n_tokens, f.router.k, rt.stream);
 }
 
