@@ -257,6 +257,49 @@ TEST_CASE("moe_route and moe_combine: scores, choice bias, top-k with ties to th
 
 // ---- rope ----
 
+// The fused decode router (one launch: logits of rmsnorm(x), then the routing by the last block) against the two-launch
+// path it replaces: the GEMV's logits within fp32 summation order, the routing's choices and weights on those logits;
+// repeated steps (the block counter resets itself), E over many blocks, a router bias, a choice bias, forced choices.
+TEST_CASE("moe_router_decode: the logits of the fused RMSNorm GEMV and moe_route's choices on them, step after step") {
+    Rng r(43);
+    GpuMemory mem;
+    const int dim = 2880;
+    for (int E : {7, 32, 128, 256})
+        for (bool gpt_oss : {false, true}) {
+            CAPTURE(E);
+            CAPTURE(gpt_oss);
+            const int k = std::min(4, E);
+            MoeRouter rt = gpt_oss ? MoeRouter{MoeScore::Softmax, k, true, 0.f, 1.f} : MoeRouter{MoeScore::Sigmoid, k, true, 1e-6f, 2.f};
+            std::vector<float> w = random_bf16_values((size_t)E * dim, r, 0.05f), gb = random_bf16_values(E, r, 0.5f), cb = random_floats(E, r, 0.1f);
+            DeviceVec<bf16> d_w(to_bf16(w)), d_gb(to_bf16(gb)), d_nw(to_bf16(random_bf16_values(dim, r)));
+            DeviceVec<float> d_cb(cb), d_logits(E), d_ref_logits(E), d_wt(k), d_ref_wt(k);
+            DeviceVec<int> d_idx(k), d_ref_idx(k), d_pos(std::vector<int>{0});
+            DeviceVec<unsigned> d_counter(std::vector<unsigned>{0u});
+            Linear gate;
+            gate.N = E, gate.K = dim, gate.w = d_w.p, gate.bias = gpt_oss ? d_gb.p : nullptr;
+            const float* choice = gpt_oss ? nullptr : d_cb.p;
+            for (int step = 0; step < 3; step++) {
+                CAPTURE(step);
+                DeviceVec<float> d_x(random_floats(dim, r, 2.f));
+                d_logits.poison(), d_idx.poison(), d_wt.poison();
+                MoeForced forced;
+                std::vector<int> fidx = {E - 1, 0, E / 2, 1};
+                fidx.resize(k);
+                DeviceVec<int> d_fidx(fidx);
+                if (step == 2) forced.idx = d_fidx.p, forced.n = 1, forced.pos = d_pos.p;
+                moe_router_decode(rt, gate, d_x.p, d_nw.p, 1e-5f, choice, E, forced, d_logits.p, d_idx.p, d_wt.p, d_counter.p, 0);
+                gemv_rmsnorm(gate, d_x.p, d_nw.p, 1e-5f, d_ref_logits.p, 0);
+                auto ours = d_logits.download(), ref = d_ref_logits.download();
+                for (int e = 0; e < E; e++) CHECK(std::fabs(ours[e] - ref[e]) <= 1e-4f * std::max(1.f, std::fabs(ref[e])));
+                moe_route(rt, d_logits.p, choice, 1, E, d_ref_idx.p, d_ref_wt.p, 0, forced);  // on our logits: the same choice
+                CHECK(d_idx.download() == d_ref_idx.download());
+                CHECK(d_wt.download() == d_ref_wt.download());
+                CHECK(d_counter.download()[0] == 0u);
+                if (step == 2) CHECK(d_idx.download() == fidx);
+            }
+        }
+}
+
 TEST_CASE("rope table: fp32 angles as transformers computes them, cos/sin accurate") {
     RopeConfig rc;
     rc.theta = 1e6;

@@ -13,10 +13,10 @@
 //                                                          // may be MXFP4 (its GEMV kernels are built only then)
 //
 // The experts' matmuls:
-//   - a decode step (T = 1): the router's GEMV (RMSNorm fused), the routing kernel, then one GEMV launch for the
+//   - a decode step (T = 1): the router's logits and the routing in one launch (moe_router_decode), then one GEMV launch for the
 //     k experts' gate_up (RMSNorm and SwiGLU fused) and one for their down_proj (ops/gemv.cuh's GemvExperts: each
 //     launch row reads its expert from the routing's output on the device, so the step stays one CUDA graph with
-//     no host round trip), and the weighted sum: 5 launches, reading only the chosen experts' weights. (Routing
+//     no host round trip), and the weighted sum: 4 launches, reading only the chosen experts' weights. (Routing
 //     inside every gate_up block instead, one launch fewer, measured slower: 32.5 against 21.4 us for the launch.)
 //   - a prefill chunk: the router's GEMM and the routing, then the choices come back to the host, which groups
 //     the (token, expert) pairs by expert; the rows each expert takes are gathered, each expert with any runs
@@ -170,6 +170,7 @@ struct MoeScratch {
     bf16* xg;               // [T k][dim]   prefill: the normalised rows in expert order
     int* from;              // [T k]        prefill: the token of each gathered row
     int* rows;              // [T k]        prefill: the gathered row of each (token, j)
+    unsigned* counter;      // decode: moe_router_decode's count of finished blocks (zero between launches)
     std::vector<int> host_idx;  // prefill: the choices, back on the host
     ExpertGroups groups;        // ... grouped by expert (host/moe_groups.h)
 };
@@ -180,6 +181,8 @@ inline MoeScratch moe_scratch(int T_max, int E, int k, int dim, int ffn, GpuMemo
     s.logits = mem.alloc<float>((size_t)T_max * E, "activations");
     s.idx = mem.alloc<int>(tk, "activations"), s.weight = mem.alloc<float>(tk, "activations");
     s.h = mem.alloc<bf16>(tk * ffn, "activations"), s.y = mem.alloc<float>(tk * dim, "activations");
+    s.counter = mem.alloc<unsigned>(1, "activations");
+    CUDA_CHECK(cudaMemset(s.counter, 0, sizeof(unsigned)));
     if (T_max > 1) {
         s.gu = mem.alloc<float>(tk * 2 * ffn, "activations"), s.xg = mem.alloc<bf16>(tk * dim, "activations");
         s.from = mem.alloc<int>(tk, "activations"), s.rows = mem.alloc<int>(tk, "activations");
@@ -205,11 +208,14 @@ inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, co
     MoeForced forced = f.forced;
     forced.pos = pos;
     if (T == 1) {
-        {
-            OpScope op("gemv router", s);
-            gemv_rmsnorm(f.gate, x, norm_w, eps, sc.logits, s);
-        }
-        {
+        if (moe_router_decode_fits(f.gate)) {
+            OpScope op("router + route", s);
+            moe_router_decode(f.router, f.gate, x, norm_w, eps, f.bias, f.E, forced, sc.logits, sc.idx, sc.weight, sc.counter, s);
+        } else {
+            {
+                OpScope op("gemv router", s);
+                gemv_rmsnorm(f.gate, x, norm_w, eps, sc.logits, s);
+            }
             OpScope op("route", s);
             moe_route(f.router, sc.logits, f.bias, 1, f.E, sc.idx, sc.weight, s, forced);
         }
