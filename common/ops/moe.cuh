@@ -228,6 +228,8 @@ inline void moe_router_decode(const MoeRouter& r, const Linear& gate, const floa
 
 static __global__ void moe_combine_kernel(const float* __restrict__ y, const float* __restrict__ weight, const int* __restrict__ rows,
                                           int T, int k, int dim, float* __restrict__ x) {
+    pdl_launch_dependents();  // the next layer's first GEMV may start fetching its weights
+    pdl_wait();               // the experts' outputs were just written
     const size_t n = (size_t)T * dim;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const size_t t = i / dim, d = i % dim;
@@ -243,8 +245,7 @@ static __global__ void moe_combine_kernel(const float* __restrict__ y, const flo
 inline void moe_combine(const float* y, const float* weight, const int* rows, int T, int k, int dim, float* x, cudaStream_t stream) {
     size_t n = (size_t)T * dim;
     int grid = (int)std::min<size_t>(CEIL_DIV(n, 256), 4096);
-    moe_combine_kernel<<<grid, 256, 0, stream>>>(y, weight, rows, T, k, dim, x);
-    LAUNCH_CHECK();
+    launch(moe_combine_kernel, dim3(grid), dim3(256), 0, stream, y, weight, rows, T, k, dim, x);
 }
 
 // dst[r] = src[from[r]], rows of n bf16 (the prefill's rows in expert order).
