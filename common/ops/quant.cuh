@@ -137,10 +137,12 @@ static __global__ void dequant_int4_kernel(const uint8_t* __restrict__ packed, c
 }
 
 // MXFP4 (weights.cuh): the E2M1 codes' values and an E8M0 scale byte's power of two, on the device.
+// Built from the code's bits (no table: a dynamically indexed local array lives in local memory): exponent e = bits
+// 2..1, mantissa m = bit 0: (1 + m / 2) 2^(e - 1) for e > 0, m / 2 for e = 0; bit 3 the sign.
 __device__ __forceinline__ float e2m1_value(uint32_t code) {
-    constexpr float kMag[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-    float m = kMag[code & 7];
-    return code & 8 ? -m : m;
+    const uint32_t e = (code >> 1) & 3u, m = code & 1u;
+    const uint32_t bits = e ? (126u + e) << 23 | m << 22 : (m ? 0x3F000000u : 0u);
+    return __uint_as_float(bits | (code & 8u) << 28);
 }
 __device__ __forceinline__ float e8m0_value(uint32_t s) { return __uint_as_float(s ? s << 23 : 0x00400000u); }  // 2^(s - 127)
 
