@@ -48,7 +48,7 @@
 //         8B 408 -> 437). The int8 rounding of x is small next to INT4's own error: on the shipped model
 //         (numpy, kb/log.md) it alone moves the logits by 0.6%, INT4 by 9.1%, both together by 9.1%.
 //   mxfp4: 32 weights and their E8M0 scale; x staged as FP8's; per 4 weights five byte permutes make fp16
-//         weights of the E2M1 codes, two HFMA2 multiply-add them (~60).
+//         weights of the E2M1 codes, two HFMA2 multiply-add them (~80).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -442,11 +442,11 @@ constexpr size_t gemv_smem_bytes(int K, int S) {
 // have to spare at 2 blocks per SM; the 2-row ones do not: fp8's went 72 -> 104, 3 blocks per SM to 2, and
 // Qwen3-0.6B fp8 decode (gate_up in one wave of 2-row groups before) 1,447 -> 1,337-1,370 tok/s. bf16 (2 rows)
 // measured +0.5% at 4B, -0.7% at 8B with the loop (fourteenth session): left without it.
-// The experts' SwiGLU GEMV (X) shares the resident slots among its k launch rows (gemv_resident_grid's ky): before,
-// each expert's grid was sized as if it had the GPU alone, and GPT-OSS's short rows (MXFP4: 1.4 KB) made two waves of
+// The experts' SwiGLU GEMV shares the resident slots among its k launch rows (gemv_resident_grid's ky): before, each
+// expert's grid was sized as if it had the GPU alone, and GPT-OSS's short rows (MXFP4: 1.4 KB) made two waves of
 // blocks that each staged and normalised x for one 32-row group (gpt-oss-20b gate_up: 720 blocks on 396 slots, 31.0 ->
 // 27.9 us; LFM2-8B-A1B int4 14.7 -> 12.2 us). Looping the experts' down_proj as well measured 17.3 -> 18.9 us: not done.
-template <GemvOutput OUT, int R, bool X = false>
+template <GemvOutput OUT, int R>
 constexpr bool gemv_loops() {
     return OUT == GemvOutput::SWIGLU_BF16 && R == 4;
 }
@@ -481,8 +481,7 @@ __global__ void __launch_bounds__(gemv_warps<F>(R) * 32)
     const size_t row_bytes = (size_t)K * 16 / F::kPerChunk;
     // A looping kernel (gemv_loops: the 4-row SwiGLU) keeps its blocks resident, each taking row groups
     // blockIdx.x, + gridDim.x, ... after staging x once (gemv_resident_grid sizes the grid); others take one group.
-    constexpr bool kLoops = gemv_loops<OUT, R, X>();
-    static_assert(!(kLoops && OUT == GemvOutput::ADD_F32), "a looping GEMV fetches the old rows of its first group only");
+    constexpr bool kLoops = gemv_loops<OUT, R>();
     const int n_groups = gemv_row_groups(N, R, KS, W);
     int rg = blockIdx.x / S, row0 = 0;
     bool active = false;
@@ -712,7 +711,7 @@ inline void gemv_launch_rows(const Linear& L, const void* x, const bf16* norm_w,
     smem = gemv_capped_smem(gemv_kernel<F, IN, OUT, R, X>, smem, W);
     cudaLaunchConfig_t cfg = {};
     int groups = gemv_row_groups(L.N, R, KS, W), grid = groups * S;
-    if (gemv_loops<OUT, R, X>() && S == 1) grid = gemv_resident_grid(gemv_kernel<F, IN, OUT, R, X>, smem, groups, W, X ? ex.k : 1);
+    if (gemv_loops<OUT, R>() && S == 1) grid = gemv_resident_grid(gemv_kernel<F, IN, OUT, R, X>, smem, groups, W, X ? ex.k : 1);
     cfg.gridDim = dim3(grid, X ? ex.k : 1);
     cfg.blockDim = dim3(W * 32);
     cfg.dynamicSmemBytes = smem;
