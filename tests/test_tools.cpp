@@ -214,6 +214,38 @@ TEST_CASE("the lfm2 engine refuses configs it cannot run, in one line") {
     refused(with_config("tiny-lfm2-moe", "\"use_expert_bias\": true", "\"use_expert_bias\": null"), "missing required key 'use_expert_bias'");
 }
 
+TEST_CASE("the gpt_oss engine refuses configs it cannot run, in one line") {
+    const std::string e = MONOCU_ENGINE_DIR "/gpt_oss";
+    if (!built(e)) {
+        MESSAGE("skipped: " << e << " not built");
+        return;
+    }
+    std::string log;
+    TempDir dir;
+    auto with_config = [&](const std::string& from, const std::string& to) {
+        std::string m = dir / ("m" + std::to_string(std::rand()));
+        REQUIRE(run_command("mkdir " + m + " && ln -s $PWD/tests/data/models/tiny-gpt-oss/* " + m + " && rm " + m + "/config.json", &log) == 0);
+        std::string cfg = slurp("tests/data/models/tiny-gpt-oss/config.json");
+        size_t at = cfg.find(from);
+        REQUIRE(at != std::string::npos);
+        cfg.replace(at, from.size(), to);
+        std::ofstream(m + "/config.json") << cfg;
+        return m;
+    };
+    auto refused = [&](const std::string& m, const std::string& line) {
+        CHECK(run_command("timeout 60 " + e + " -m " + m + " --ids " + m + "/prompt_ids.txt", &log) == 1);
+        CHECK(log == "error: " + m + "/config.json: " + line + "\n");
+    };
+    refused(with_config("\"swiglu_limit\": 7.0", "\"swiglu_limit\": 0"), "'swiglu_limit' = 0 must be positive");
+    refused(with_config("\"layer_types\": [\n    \"sliding_attention\"", "\"layer_types\": [\n    \"mamba\""),
+            "layer_types[0] 'mamba' is not supported");
+    refused(with_config("\"sliding_window\": 16", "\"sliding_window\": null"), "layer 0 is sliding_attention but sliding_window is 0");
+    refused(with_config("\"rope_type\": \"yarn\"", "\"rope_type\": \"longrope\""), "rope type 'longrope' is not supported (yarn, default)");
+    refused(with_config("\"quant_method\": \"mxfp4\"", "\"quant_method\": \"gptq\""),
+            "quantization_config 'gptq' is not supported (mxfp4 as published, or tools/quantize output)");
+    refused(with_config("\"layer_types\": [\n    \"sliding_attention\",", "\"layer_types\": ["), "'layer_types' has 2 entries for 3 layers");
+}
+
 // tokenize --reply: a model's output split by the checkpoint's (here a template's) tool-call format.
 TEST_CASE("tokenize --reply splits an output into content, reasoning and tool calls") {
     const std::string tk = MONOCU_HOST_BUILD_DIR "/tools/tokenize";
