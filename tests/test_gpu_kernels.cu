@@ -287,7 +287,14 @@ TEST_CASE("moe_router_decode: the logits of the fused RMSNorm GEMV and moe_route
                 fidx.resize(k);
                 DeviceVec<int> d_fidx(fidx);
                 if (step == 2) forced.idx = d_fidx.p, forced.n = 1, forced.pos = d_pos.p;
-                moe_router_decode(rt, gate, d_x.p, d_nw.p, 1e-5f, choice, E, forced, d_logits.p, d_idx.p, d_wt.p, d_counter.p, 0);
+                DeviceVec<bf16> d_xn(dim), d_ref_xn(dim);
+                d_xn.poison();
+                moe_router_decode(rt, gate, d_x.p, d_nw.p, 1e-5f, choice, E, forced, d_logits.p, d_idx.p, d_wt.p, d_counter.p, 0, d_xn.p);
+                rmsnorm(d_x.p, d_nw.p, d_ref_xn.p, 1, dim, 1e-5f, 0);  // the normalised x it hands the experts: the prefill's
+                auto xn = from_bf16(d_xn.download()), ref_xn = from_bf16(d_ref_xn.download());
+                size_t far = 0;
+                for (int i = 0; i < dim; i++) far += !(std::fabs(xn[i] - ref_xn[i]) <= std::fabs(ref_xn[i]) * (1.f / 128));  // 1 bf16 ulp
+                CHECK(far == 0);
                 gemv_rmsnorm(gate, d_x.p, d_nw.p, 1e-5f, d_ref_logits.p, 0);
                 auto ours = d_logits.download(), ref = d_ref_logits.download();
                 for (int e = 0; e < E; e++) CHECK(std::fabs(ours[e] - ref[e]) <= 1e-4f * std::max(1.f, std::fabs(ref[e])));

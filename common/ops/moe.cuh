@@ -24,6 +24,7 @@
 
 #include "gpu/memory.cuh"
 #include "gpu/pdl.cuh"
+#include "gpu/mma.cuh"
 #include "gpu/reduce.cuh"
 #include "ops/weights.cuh"
 
@@ -158,7 +159,7 @@ constexpr int kRouterChunks = 4;  // 8-element chunks per thread: dim <= 8192; w
 static __global__ void __launch_bounds__(kRouterThreads)
     moe_router_decode_kernel(MoeRouter r, Linear gate, const float* __restrict__ x, const bf16* __restrict__ norm_w, float eps,
                              const float* __restrict__ bias, int E, MoeForced forced, float* __restrict__ logits, int* __restrict__ idx,
-                             float* __restrict__ weight, unsigned* __restrict__ counter) {
+                             float* __restrict__ weight, unsigned* __restrict__ counter, bf16* __restrict__ xn) {
     __shared__ float ls[kMoeMaxExperts];
     __shared__ bool last;
     const int dim = gate.K, chunks = dim / 8, e = blockIdx.x, tid = threadIdx.x;
@@ -188,12 +189,16 @@ static __global__ void __launch_bounds__(kRouterThreads)
         float nw[8];
         bf16x8_to_float(*reinterpret_cast<const uint4*>(norm_w + 8 * c), nw);
         const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&wv[j]);
+        uint32_t n2[4];  // rmsnorm(x) in bf16, as the experts' GEMV multiplies it
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             float2 f = __bfloat1622float2(p[k]);
-            acc = fmaf(f.x, __bfloat162float(__float2bfloat16_rn(xv[j][2 * k] * inv * nw[2 * k])), acc);
-            acc = fmaf(f.y, __bfloat162float(__float2bfloat16_rn(xv[j][2 * k + 1] * inv * nw[2 * k + 1])), acc);
+            n2[k] = pack_bf16x2(xv[j][2 * k] * inv * nw[2 * k], xv[j][2 * k + 1] * inv * nw[2 * k + 1]);
+            float2 n = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&n2[k]));
+            acc = fmaf(f.x, n.x, acc);
+            acc = fmaf(f.y, n.y, acc);
         }
+        if (xn && e == 0) *reinterpret_cast<uint4*>(xn + 8 * c) = make_uint4(n2[0], n2[1], n2[2], n2[3]);
     }
     acc = block_sum(acc);
     if (tid == 0) {
@@ -216,14 +221,16 @@ inline bool moe_router_decode_fits(const Linear& gate) {
 }
 
 // counter: a device word, zero before the first launch (each launch leaves it zero).
+// xn: if not null, rmsnorm(x) in bf16 [dim] is written there too (the experts' gate_up GEMV then stages it as is).
 inline void moe_router_decode(const MoeRouter& r, const Linear& gate, const float* x, const bf16* norm_w, float eps, const float* bias, int E,
-                              const MoeForced& forced, float* logits, int* idx, float* weight, unsigned* counter, cudaStream_t stream) {
+                              const MoeForced& forced, float* logits, int* idx, float* weight, unsigned* counter, cudaStream_t stream,
+                              bf16* xn = nullptr) {
     if (!moe_router_decode_fits(gate))
         die("moe: the fused decode router needs a bf16 router of at most %d inputs (a multiple of 8)", 8 * kRouterThreads * kRouterChunks);
     if (E < 1 || E > kMoeMaxExperts || gate.N != E) die("moe: %d experts (1..%d are supported)", E, kMoeMaxExperts);
     if (r.k < 1 || r.k > kMoeMaxK || r.k > E) die("moe: %d experts per token of %d (1..%d)", r.k, E, kMoeMaxK);
     launch(moe_router_decode_kernel, dim3(E), dim3(kRouterThreads), 0, stream, r, gate, x, norm_w, eps, bias, E, forced, logits, idx, weight,
-           counter);
+           counter, xn);
 }
 
 static __global__ void moe_combine_kernel(const float* __restrict__ y, const float* __restrict__ weight, const int* __restrict__ rows,

@@ -47,6 +47,12 @@ inline void gemv_experts_rmsnorm_swiglu(const Linear& L, GemvExperts ex, const f
     ex.x_stride = 0, ex.y_stride = (size_t)L.N / 2;
     gemv_launch<GemvInput::F32_RMSNORM, GemvOutput::SWIGLU_BF16, true, MX>(L, x, norm_w, eps, nullptr, h, s, {}, ex);
 }
+//   h[j] = silu(gate) * up of expert idx[j] on xn (rmsnorm(x) already made, bf16 [K])
+template <bool MX = false>
+inline void gemv_experts_swiglu(const Linear& L, GemvExperts ex, const bf16* xn, bf16* h, cudaStream_t s) {
+    ex.x_stride = 0, ex.y_stride = (size_t)L.N / 2;
+    gemv_launch<GemvInput::BF16, GemvOutput::SWIGLU_BF16, true, MX>(L, xn, nullptr, 0.f, nullptr, h, s, {}, ex);
+}
 //   y[j] = W_idx[j] h[j]                                           h bf16 [k][K], y float [k][N]
 template <bool MX = false>
 inline void gemv_experts(const Linear& L, GemvExperts ex, const bf16* h, float* y, cudaStream_t s) {
@@ -171,6 +177,7 @@ struct MoeScratch {
     int* from;              // [T k]        prefill: the token of each gathered row
     int* rows;              // [T k]        prefill: the gathered row of each (token, j)
     unsigned* counter;      // decode: moe_router_decode's count of finished blocks (zero between launches)
+    bf16* xn;               // [dim]        decode: rmsnorm(x), made by the router for the experts' gate_up
     std::vector<int> host_idx;  // prefill: the choices, back on the host
     ExpertGroups groups;        // ... grouped by expert (host/moe_groups.h)
 };
@@ -182,6 +189,7 @@ inline MoeScratch moe_scratch(int T_max, int E, int k, int dim, int ffn, GpuMemo
     s.idx = mem.alloc<int>(tk, "activations"), s.weight = mem.alloc<float>(tk, "activations");
     s.h = mem.alloc<bf16>(tk * ffn, "activations"), s.y = mem.alloc<float>(tk * dim, "activations");
     s.counter = mem.alloc<unsigned>(1, "activations");
+    s.xn = mem.alloc<bf16>(dim, "activations");
     CUDA_CHECK(cudaMemset(s.counter, 0, sizeof(unsigned)));
     if (T_max > 1) {
         s.gu = mem.alloc<float>(tk * 2 * ffn, "activations"), s.xg = mem.alloc<bf16>(tk * dim, "activations");
@@ -208,9 +216,10 @@ inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, co
     MoeForced forced = f.forced;
     forced.pos = pos;
     if (T == 1) {
-        if (moe_router_decode_fits(f.gate)) {
+        const bool fused = moe_router_decode_fits(f.gate);
+        if (fused) {
             OpScope op("router + route", s);
-            moe_router_decode(f.router, f.gate, x, norm_w, eps, f.bias, f.E, forced, sc.logits, sc.idx, sc.weight, sc.counter, s);
+            moe_router_decode(f.router, f.gate, x, norm_w, eps, f.bias, f.E, forced, sc.logits, sc.idx, sc.weight, sc.counter, s, sc.xn);
         } else {
             {
                 OpScope op("gemv router", s);
@@ -221,8 +230,9 @@ inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, co
         }
         {
             OpScope op("gemv experts gate_up", s);
-            gemv_experts_rmsnorm_swiglu<MX>(X.gate_up[0], GemvExperts{sc.idx, X.gate_up_w, X.gate_up_scale, k, X.gate_up_bias, f.act}, x, norm_w,
-                                            eps, sc.h, s);
+            GemvExperts ex{sc.idx, X.gate_up_w, X.gate_up_scale, k, X.gate_up_bias, f.act};
+            if (fused) gemv_experts_swiglu<MX>(X.gate_up[0], ex, sc.xn, sc.h, s);  // the router normalised x already
+            else gemv_experts_rmsnorm_swiglu<MX>(X.gate_up[0], ex, x, norm_w, eps, sc.h, s);
         }
         {
             OpScope op("gemv experts down", s);
