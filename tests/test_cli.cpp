@@ -98,6 +98,9 @@ TEST_CASE("chat, batch files and the prefill pass size: llama.cpp's spellings an
     CHECK(parse({"-m", "d", "--conversation", "--system", "be brief"}).chat);
     CHECK(parse({"-m", "d", "-cnv", "--tools", "t.json"}).tools_file == "t.json");
     CHECK(parse({"-m", "d", "--chat", "-p", "first message"}).chat);
+    CHECK(parse({"-m", "d", "-cnv"}).show_reasoning);  // reasoning is shown (dimmed) unless hidden
+    CHECK_FALSE(parse({"-m", "d", "-cnv", "--hide-reasoning"}).show_reasoning);
+    CHECK(parse({"-m", "d", "-cnv", "--hide-reasoning", "--show-reasoning"}).show_reasoning);  // the last one wins
     Options b = parse({"-m", "d", "-i", "in.txt", "-o", "out.jsonl", "-n", "16"});
     CHECK(b.in_file == "in.txt");
     CHECK(b.out_file == "out.jsonl");

@@ -60,6 +60,8 @@ struct Options {
     bool pdl = true;           // --no-pdl: no programmatic dependent launch (kernels do not overlap)
     bool kv_prefill_cache = false;  // --kv-prefill-cache: a prompt's attention reads the KV cache, as decode does
     bool chat = false;         // -cnv / --conversation / --chat: interactive chat in the terminal
+    bool show_reasoning = true;  // --hide-reasoning: a reply's reasoning (<think>, harmony's analysis) is not printed;
+                                 // --show-reasoning (the default): it is, dimmed on a terminal
     std::string in_file;       // -i: batch file of prompts (one per line, or JSONL with "prompt" or "messages")
     std::string out_file;      // -o: with -i, where the JSONL results go
     int ubatch = 2048;         // -ub: tokens per prefill pass (1: a prompt runs as decode steps)
@@ -83,6 +85,8 @@ inline void print_usage(FILE* out, const char* engine) {
                  "                         the chat template; the calls it makes are shown apart (-cnv) or returned (-i)\n"
                  "      --raw              no chat template: the prompt is the raw text\n"
                  "      --no-think         Qwen3: render the template with enable_thinking=False\n"
+                 "      --hide-reasoning   a reply's reasoning (<think>, gpt-oss's analysis channel) is not printed\n"
+                 "      --show-reasoning   it is, dimmed on a terminal (the default)\n"
                  "  -n, --n-predict N      tokens to generate (default -1: until end of generation or full context)\n"
                  "  -c, --ctx-size N       context size in tokens (default min(4096, max_position_embeddings))\n"
                  "      --temp T           temperature; 0 = greedy (default: generation_config.json, else 0.8)\n"
@@ -182,6 +186,8 @@ inline Options parse_cli(int argc, char** argv) {
         else if (a == "--tools") o.tools_file = value();
         else if (a == "--raw") o.raw = true;
         else if (a == "--no-think") o.no_think = true;
+        else if (a == "--show-reasoning") o.show_reasoning = true;
+        else if (a == "--hide-reasoning") o.show_reasoning = false;
         else if (a == "-n" || a == "--n-predict") o.n_predict = static_cast<int>(parse_int(a, value(), -1, kIntMax));
         else if (a == "-c" || a == "--ctx-size") o.ctx_size = static_cast<int>(parse_int(a, value(), 1, kIntMax));
         else if (a == "--temp") { o.temp = parse_real(a, value(), 0, 100); o.temp_set = true; }

@@ -109,7 +109,7 @@ int chat_loop(Generator<M>& g, const Tokenizer* tok, const ChatTemplate& ct, con
             continue;
         }
         chat_interrupted() = 0;
-        ReplyPrinter reply(*tok, ct, ids);
+        ReplyPrinter reply(*tok, ct, ids, o.show_reasoning);
         Generation r;
         try {
             r = g.run(ids, o.n_predict, eos, [&](int id) {

@@ -124,12 +124,14 @@ inline bool prompt_opens_reasoning(const Tokenizer& tok, const std::vector<int>&
 }
 
 // A chat reply streamed to stdout with its parts shown apart (tokenizer/chat_reply.h): on a terminal the
-// reasoning is dim while it is written; finish() reads the whole reply, prints each tool call on a line of its
-// own ("[tool call] NAME ARGUMENTS") and each call that did not parse as a warning on stderr, and returns it.
+// reasoning is dim while it is written (or, show_reasoning false, not printed: decoded pieces while the reply is in
+// its reasoning are skipped); finish() reads the whole reply, prints each tool call on a line of its own
+// ("[tool call] NAME ARGUMENTS") and each call that did not parse as a warning on stderr, and returns it.
 class ReplyPrinter {
 public:
-    ReplyPrinter(const Tokenizer& tok, const ChatTemplate& ct, const std::vector<int>& prompt_ids)
-        : dec_(tok), format_(reply_format(ct)), tty_(isatty(fileno(stdout)) != 0), starts_(prompt_opens_reasoning(tok, prompt_ids, format_)) {}
+    ReplyPrinter(const Tokenizer& tok, const ChatTemplate& ct, const std::vector<int>& prompt_ids, bool show_reasoning = true)
+        : dec_(tok), format_(reply_format(ct)), tty_(isatty(fileno(stdout)) != 0), show_(show_reasoning),
+          starts_(prompt_opens_reasoning(tok, prompt_ids, format_)) {}
     void push(int id) { print(dec_.push(id)); }
     ChatReply finish(uint64_t id_seed) {
         print(dec_.flush());
@@ -149,13 +151,15 @@ public:
 private:
     StreamDecoder dec_;
     ReplyFormat format_;
-    bool tty_, starts_, dim_ = false;
+    bool tty_, show_, starts_, dim_ = false;
     std::string text_;
 
     void print(const std::string& piece) {
         if (piece.empty()) return;
         text_ += piece;
-        bool dim = tty_ && reply_in_reasoning(text_, format_, starts_);
+        const bool reasoning = reply_in_reasoning(text_, format_, starts_);
+        if (reasoning && !show_) return;
+        bool dim = tty_ && reasoning;
         if (dim != dim_) std::fputs(dim ? "\x1b[2m" : "\x1b[0m", stdout);
         dim_ = dim;
         std::fputs(piece.c_str(), stdout);

@@ -72,7 +72,7 @@ int generate_once(Runtime& rt, Generator<M>& g, const Tokenizer* tok, const Chat
     if (raw_prompt && !o.quiet) std::fputs(text.c_str(), stdout);
     bool chat = !raw_prompt && o.ids_file.empty() && tok;  // through the template: show reasoning and tool calls apart
     TokenPrinter out(chat ? nullptr : tok);
-    std::unique_ptr<ReplyPrinter> reply = chat ? std::make_unique<ReplyPrinter>(*tok, ct, ids) : nullptr;
+    std::unique_ptr<ReplyPrinter> reply = chat ? std::make_unique<ReplyPrinter>(*tok, ct, ids, o.show_reasoning) : nullptr;
     Generation r = g.run(ids, o.n_predict, eos, [&](int id) {
         if (reply) reply->push(id);
         else out.push(id);
