@@ -41,6 +41,25 @@ static std::vector<std::string> entries(const std::string& dir) {
     return out;
 }
 
+// A folder in dir of links to tests/data/models/MODEL's files, its config.json a copy with the first `from` made `to`.
+static std::string model_with_config(const TempDir& dir, const std::string& model, const std::string& from, const std::string& to) {
+    std::string m = dir / ("m" + std::to_string(std::rand())), log;
+    REQUIRE(run_command("mkdir " + m + " && ln -s $PWD/tests/data/models/" + model + "/* " + m + " && rm " + m + "/config.json", &log) == 0);
+    std::string cfg = slurp("tests/data/models/" + model + "/config.json");
+    size_t at = cfg.find(from);
+    REQUIRE(at != std::string::npos);
+    cfg.replace(at, from.size(), to);
+    write_file(m + "/config.json", cfg);
+    return m;
+}
+
+// The engine refuses model folder m in one line: its config.json, then `line`.
+static void check_config_refused(const std::string& engine, const std::string& m, const std::string& line) {
+    std::string log;
+    CHECK(run_command("timeout 60 " + engine + " -m " + m + " --ids " + m + "/prompt_ids.txt", &log) == 1);
+    CHECK(log == "error: " + m + "/config.json: " + line + "\n");
+}
+
 TEST_CASE("quantize refuses its own input as output, and an output inside it; a failed run leaves nothing") {
     const std::string q = MONOCU_HOST_BUILD_DIR "/tools/quantize";
     if (!built(q)) {
@@ -185,22 +204,11 @@ TEST_CASE("the lfm2 engine refuses configs it cannot run, in one line") {
         MESSAGE("skipped: " << e << " not built");
         return;
     }
-    std::string log;
     TempDir dir;
     auto with_config = [&](const std::string& model, const std::string& from, const std::string& to) {
-        std::string m = dir / ("m" + std::to_string(std::rand()));
-        REQUIRE(run_command("mkdir " + m + " && ln -s $PWD/tests/data/models/" + model + "/* " + m + " && rm " + m + "/config.json", &log) == 0);
-        std::string cfg = slurp("tests/data/models/" + model + "/config.json");
-        size_t at = cfg.find(from);
-        REQUIRE(at != std::string::npos);
-        cfg.replace(at, from.size(), to);
-        std::ofstream(m + "/config.json") << cfg;
-        return m;
+        return model_with_config(dir, model, from, to);
     };
-    auto refused = [&](const std::string& m, const std::string& line) {
-        CHECK(run_command("timeout 60 " + e + " -m " + m + " --ids " + m + "/prompt_ids.txt", &log) == 1);
-        CHECK(log == "error: " + m + "/config.json: " + line + "\n");
-    };
+    auto refused = [&](const std::string& m, const std::string& line) { check_config_refused(e, m, line); };
     std::string m = with_config("tiny-lfm2", "\"conv\",\n    \"full_attention\",\n    \"full_attention\",\n    \"conv\",\n    \"full_attention\"",
                     "\"conv\",\n    \"conv\",\n    \"conv\",\n    \"conv\",\n    \"conv\"");
     refused(m, "no layer is full_attention (transformers' LFM2 needs at least one)");
@@ -220,22 +228,9 @@ TEST_CASE("the gpt_oss engine refuses configs it cannot run, in one line") {
         MESSAGE("skipped: " << e << " not built");
         return;
     }
-    std::string log;
     TempDir dir;
-    auto with_config = [&](const std::string& from, const std::string& to) {
-        std::string m = dir / ("m" + std::to_string(std::rand()));
-        REQUIRE(run_command("mkdir " + m + " && ln -s $PWD/tests/data/models/tiny-gpt-oss/* " + m + " && rm " + m + "/config.json", &log) == 0);
-        std::string cfg = slurp("tests/data/models/tiny-gpt-oss/config.json");
-        size_t at = cfg.find(from);
-        REQUIRE(at != std::string::npos);
-        cfg.replace(at, from.size(), to);
-        std::ofstream(m + "/config.json") << cfg;
-        return m;
-    };
-    auto refused = [&](const std::string& m, const std::string& line) {
-        CHECK(run_command("timeout 60 " + e + " -m " + m + " --ids " + m + "/prompt_ids.txt", &log) == 1);
-        CHECK(log == "error: " + m + "/config.json: " + line + "\n");
-    };
+    auto with_config = [&](const std::string& from, const std::string& to) { return model_with_config(dir, "tiny-gpt-oss", from, to); };
+    auto refused = [&](const std::string& m, const std::string& line) { check_config_refused(e, m, line); };
     refused(with_config("\"swiglu_limit\": 7.0", "\"swiglu_limit\": 0"), "'swiglu_limit' = 0 must be positive");
     refused(with_config("\"layer_types\": [\n    \"sliding_attention\"", "\"layer_types\": [\n    \"mamba\""),
             "layer_types[0] 'mamba' is not supported");

@@ -50,18 +50,20 @@
 
 using namespace monocu;
 
+// Element i of a BF16, F16 or F32 tensor (checked by the caller) as a float.
+static float element(const TensorView& t, size_t i) {
+    if (t.dtype == DType::BF16) return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(t.data)[i]);
+    if (t.dtype == DType::F16) return f16_bits_to_float(reinterpret_cast<const uint16_t*>(t.data)[i]);
+    float v;
+    std::memcpy(&v, t.data + 4 * i, 4);
+    return v;
+}
+
 // Row r of a 2-d tensor as floats rounded to bf16 (the GPU path uploads as bf16 before quantizing).
 static void row_as_bf16_floats(const TensorView& t, int64_t r, std::vector<float>& out) {
     int64_t K = t.shape[1];
     out.resize(K);
-    for (int64_t k = 0; k < K; k++) {
-        size_t i = (size_t)(r * K + k);
-        float v;
-        if (t.dtype == DType::BF16) v = bf16_bits_to_float(reinterpret_cast<const uint16_t*>(t.data)[i]);
-        else if (t.dtype == DType::F16) v = round_to_bf16(f16_bits_to_float(reinterpret_cast<const uint16_t*>(t.data)[i]));
-        else std::memcpy(&v, t.data + 4 * i, 4), v = round_to_bf16(v);
-        out[k] = v;
-    }
+    for (int64_t k = 0; k < K; k++) out[k] = round_to_bf16(element(t, (size_t)(r * K + k)));
 }
 
 // Runs fn(row) for every row on all cores.
@@ -153,14 +155,7 @@ static void add_mxfp4_experts(SafetensorsWriter& wr, const TensorView& t) {
         parallel_rows(E * N, [&](int64_t en) {  // expert e's output row n: column n of its [K][N]
             int64_t e = en / N, n = en % N;
             std::vector<float> row(K);
-            for (int64_t k = 0; k < K; k++) {
-                size_t i = (size_t)((e * K + k) * N + n);
-                float v;
-                if (t.dtype == DType::BF16) v = bf16_bits_to_float(reinterpret_cast<const uint16_t*>(t.data)[i]);
-                else if (t.dtype == DType::F16) v = f16_bits_to_float(reinterpret_cast<const uint16_t*>(t.data)[i]);
-                else std::memcpy(&v, t.data + 4 * i, 4);
-                row[k] = v;
-            }
+            for (int64_t k = 0; k < K; k++) row[k] = element(t, (size_t)((e * K + k) * N + n));
             mxfp4_encode_row(row.data(), (int)K, &blocks[(size_t)en * (K / 2)], &(*scales)[(size_t)en * (K / 32)]);
         });
         return blocks;

@@ -333,6 +333,15 @@ static __global__ void transpose_bf16_kernel(const bf16* __restrict__ in, bf16* 
     }
 }
 
+// Expert e's part of a tensor holding all E experts along its first dimension, as a tensor of the given shape.
+inline TensorView expert_slice(const TensorView& t, int E, int e, const Shape& shape) {
+    TensorView v = t;
+    const size_t each = t.nbytes() / E;
+    v.shape = shape;
+    v.data = t.data + each * e, v.begin = t.begin + each * e, v.end = v.begin + each;
+    return v;
+}
+
 // Experts stored together, all E of a layer in one tensor per projection under `block` (GPT-OSS:
 // "model.layers.3.mlp.experts."): P = gate_up_proj ([2 ffn][dim] per expert, rows 2i gate and 2i + 1 up: the kit's
 // interleaving already) and down_proj ([dim][ffn]), each with P_bias [E][N]. The weights either as OpenAI publishes
@@ -347,16 +356,13 @@ inline ExpertLinears load_fused_experts(const Checkpoint& ck, const std::string&
         L.N = N, L.K = K, L.label = linear_label({{name}, {N}});
         if (ck.find(name + "_blocks")) {
             if (K % 32 != 0) die("%s_blocks: mxfp4 needs in_features divisible by 32, got %d", name.c_str(), K);
-            const TensorView& b = ck.get(name + "_blocks", DType::U8, {E, N, K / 32, 16});
-            const TensorView& sc = ck.get(name + "_scales", DType::U8, {E, N, K / 32});
+            const TensorView b = expert_slice(ck.get(name + "_blocks", DType::U8, {E, N, K / 32, 16}), E, e, {N, K / 32, 16});
+            const TensorView sc = expert_slice(ck.get(name + "_scales", DType::U8, {E, N, K / 32}), E, e, {N, K / 32});
             load_detail::alloc_linear(L, WFormat::MXFP4, 0, mem);
-            upload_bytes(L.w, b.data + (size_t)e * N * (K / 2), (size_t)N * (K / 2), s);
-            upload_bytes(L.scale, sc.data + (size_t)e * N * (K / 32), (size_t)N * (K / 32), s);
+            upload_bytes(L.w, b.data, b.nbytes(), s);
+            upload_bytes(L.scale, sc.data, sc.nbytes(), s);
         } else {
-            const TensorView& t = ck.get(name, {E, K, N});
-            TensorView slab = t;  // expert e's [K][N]
-            slab.shape = {K, N};
-            slab.data = t.data + t.nbytes() / E * e, slab.begin = t.begin + t.nbytes() / E * e, slab.end = slab.begin + t.nbytes() / E;
+            const TensorView slab = expert_slice(ck.get(name, {E, K, N}), E, e, {K, N});
             bf16 *in = nullptr, *tr = nullptr;
             CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&in), (size_t)K * N * 2, s));
             upload_bf16(slab, in, N, s);
@@ -374,12 +380,8 @@ inline ExpertLinears load_fused_experts(const Checkpoint& ck, const std::string&
             }
             CUDA_CHECK(cudaFreeAsync(in, s));
         }
-        const TensorView& bt = ck.get(name + "_bias", {E, N});
-        TensorView brow = bt;  // expert e's [N]
-        brow.shape = {N};
-        brow.data = bt.data + bt.nbytes() / E * e, brow.begin = bt.begin + bt.nbytes() / E * e, brow.end = brow.begin + bt.nbytes() / E;
         bf16* bias = mem.alloc<bf16>(N, "weights");
-        upload_bf16(brow, bias, N, s);
+        upload_bf16(expert_slice(ck.get(name + "_bias", {E, N}), E, e, {N}), bias, N, s);
         L.bias = bias;
         return L;
     };

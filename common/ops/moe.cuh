@@ -150,8 +150,8 @@ inline void moe_route(const MoeRouter& r, const float* logits, const float* bias
 // bf16) and the routing, instead of a GEMV launch and a routing launch (6-7 us each on their own: gpt-oss-20b, H200).
 // One block per expert: each thread loads its chunks of the expert's row before waiting for the previous kernel
 // (weights are never written), then reads the same elements of x, and two block sums give the norm and the logit;
-// the block that finishes last (a counter, which it resets for the next step) routes the token from all E logits.
-// Deterministic: fixed-order sums, one warp routes. (A first version with a warp per row and 8 rows per block
+// the block that finishes last (a counter, which it resets for the next step) routes the token from all E logits, and
+// block 0 writes the normalised x (xn) for the experts' gate_up GEMV. Deterministic: fixed-order sums, one warp routes. (A first version with a warp per row and 8 rows per block
 // streamed each row in ~11 dependent steps and measured 18 us: slower than the two launches.)
 constexpr int kRouterThreads = 256;
 constexpr int kRouterChunks = 4;  // 8-element chunks per thread: dim <= 8192; wider models take the two launches

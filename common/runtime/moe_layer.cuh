@@ -122,6 +122,13 @@ struct ExpertNames {
     const char *gate, *up, *down;  // {"gate_proj", "up_proj", "down_proj"} (Qwen3-MoE), {"w1", "w3", "w2"} (LFM2, Mixtral)
 };
 
+// A loaded mixture layer's place in the runtime: with --force-routing the oracle's choices for it, and its experts in the
+// plan as extras (which of them run is the router's call).
+inline void moe_attach(MoeFfn& m, Runtime& rt, int layer) {
+    if (!rt.force_routing.empty()) m.forced = load_forced_routing(rt.force_routing, layer, m.router.k, rt.mem);
+    for (int e = 0; e < m.E; e++) rt.lin.plan.extra(&m.experts.gate_up[e]), rt.lin.plan.extra(&m.experts.down[e]);
+}
+
 // One mixture layer's weights, as every family names them under the layer's block (e.g. "model.layers.3.mlp."): the
 // router's projection `gate` (kept bf16: quantizing it moves choices), `expert_bias` when choice_bias (fp32), the
 // experts `experts.<e>.<names>` in the runtime's format, and with --force-routing the oracle's choices for this layer.
@@ -137,8 +144,7 @@ inline MoeFfn load_moe(const Checkpoint& ck, Runtime& rt, int layer, const std::
         std::string x = block + "experts." + std::to_string(e) + ".";
         return std::array<std::string, 3>{x + names.gate, x + names.up, x + names.down};
     }, rt.fmt, rt.mem, rt.stream);
-    if (!rt.force_routing.empty()) m.forced = load_forced_routing(rt.force_routing, layer, d.k, rt.mem);
-    for (int e = 0; e < d.n_experts; e++) rt.lin.plan.extra(&m.experts.gate_up[e]), rt.lin.plan.extra(&m.experts.down[e]);
+    moe_attach(m, rt, layer);
     return m;
 }
 
@@ -151,8 +157,7 @@ inline MoeFfn load_moe_fused(const Checkpoint& ck, Runtime& rt, int layer, const
     m.router = router, m.router.k = d.k, m.E = d.n_experts, m.act = act;
     m.gate = load_linear(ck, {{block + "router"}, {d.n_experts}, false, true}, dim, WFormat::BF16, rt.mem, rt.stream);
     m.experts = load_fused_experts(ck, block + "experts.", d.n_experts, d.ffn, dim, rt.fmt, rt.mem, rt.stream);
-    if (!rt.force_routing.empty()) m.forced = load_forced_routing(rt.force_routing, layer, d.k, rt.mem);
-    for (int e = 0; e < d.n_experts; e++) rt.lin.plan.extra(&m.experts.gate_up[e]), rt.lin.plan.extra(&m.experts.down[e]);
+    moe_attach(m, rt, layer);
     return m;
 }
 
