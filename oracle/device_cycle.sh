@@ -21,6 +21,8 @@
 #   quanteval     oracle/quant_eval.py on the shipped model: fp8 / int4 / FP8 KV vs bf16, tools/quantize bit-identity,
 #                 GPTQ, and GPTQ's INT4 refined by distillation (oracle/qat_int4.py; ~2 minutes of the stage)
 #   gemvbench     build/<arch>/tools/bench_gemv (GEMV GB/s per shape and format)
+#   parallel PRESET  --bench --parallel N (PAR_N, default 1 4 16 64 256) per weight format (PAR_DTYPES), beside batch 1:
+#                 the batched core's output tok/s and step roofline, and the prefix cache's time to first token
 #   speed PRESETS engine --bench at context 512 (SPEED_CTX="512,16384") for each weight format; SPEED_FLAGS="--no-pdl,..."
 #                 adds runs with those flags (comma-separated sets, '+' between flags of one set)
 #   loadtime PRESET   the engine's load time on that random-weight checkpoint for each --dtype (files in the page
@@ -208,6 +210,19 @@ stage_loadtime() {  # PRESET: load time per --dtype, warm and cold page cache, a
   } 2>&1 | tee -a "$R/loadtime.txt"
 }
 
+stage_parallel() {  # PRESET: the batched core's throughput at PAR_N sequences (default 1 4 16 64 256), beside batch 1
+  local m=$W/speed-$1 d n
+  [ -f "$m/config.json" ] || python3 oracle/make_model.py --preset "$1" --out "$m" --shard 4GB > /dev/null
+  for d in ${PAR_DTYPES:-bf16 fp8 int4}; do
+    echo "--- $1 $d batch 1"
+    "$(engine_for "$m")" -m "$m" --bench --n-prompt ${PAR_PROMPT:-512} -n ${PAR_GEN:-256} --dtype $d 2>&1 | grep -E "^bench: decode|error|fatal"
+    for n in ${PAR_N:-1 4 16 64 256}; do
+      echo "--- $1 $d --parallel $n"
+      "$(engine_for "$m")" -m "$m" --bench --n-prompt ${PAR_PROMPT:-512} -n ${PAR_GEN:-256} --dtype $d -np $n 2>&1 | grep -E "^bench: parallel|^bench: prefix|error|fatal|warning"
+    done
+  done 2>&1 | tee -a "$R/parallel.txt"
+}
+
 stage_gemvbench() { "$B"/tools/bench_gemv 2>&1 | tee "$R/bench_gemv.txt"; }
 
 engine_for() {  # MODEL_DIR -> the engine binary for its model_type
@@ -319,7 +334,7 @@ while [ $# -gt 0 ]; do
   case $s in
     fid|probe) log "$s $1 $2 $3"; "stage_$s" "$1" "$2" "$3"; shift 3 ;;
     fidl) log "$s $1 $2 $3 $4"; "stage_$s" "$1" "$2" "$3" "$4"; shift 4 ;;
-    bench|speed|loadtime|ab|calm|fuzz) log "$s $1"; "stage_$s" "$1"; shift ;;
+    bench|speed|loadtime|ab|calm|fuzz|parallel) log "$s $1"; "stage_$s" "$1"; shift ;;
     *) log "$s"; "stage_$s" ;;
   esac
 done

@@ -83,6 +83,21 @@ TEST_CASE("bad flags and values are one-line usage errors naming the flag") {
     CHECK(usage_error({"-m", "d", "-p", "x", "--kv-budget", "0"}) == "--kv-budget: 0 is out of range [1, 2147483647]");
     CHECK(parse({"-m", "d", "-p", "x", "--kv-budget", "9"}).kv_window == 5);  // half the budget, rounded up
     CHECK(parse({"-m", "d", "-p", "x", "--kv-budget", "9", "--kv-window", "9"}).kv_window == 9);
+    // The batched core's flags (runtime/batched.cuh)
+    CHECK(usage_error({"-m", "d", "-p", "x", "-np", "4"}) == "--parallel runs a batch file (-i) or --bench");
+    CHECK(usage_error({"-m", "d", "--bench", "-np", "0"}) == "-np: 0 is out of range [1, 1024]");
+    CHECK(usage_error({"-m", "d", "--bench", "--parallel", "4", "--kv-budget", "64"}) == "--parallel does not go with --kv-budget");
+    CHECK(usage_error({"-m", "d", "--bench", "--kv-blocks", "64"}) == "--kv-blocks goes with --parallel");
+    CHECK(usage_error({"-m", "d", "--bench", "-np", "2", "--kv-blocks", "1"}) == "--kv-blocks: 1 is out of range [2, 2147483647]");
+    CHECK(usage_error({"-m", "d", "--bench", "-np", "2", "--batch-tokens", "0"}) == "--batch-tokens: 0 is out of range [1, 16384]");
+    {
+        Options o = parse({"-m", "d", "-i", "in", "-o", "out", "-np", "16", "--batch-tokens", "512", "--kv-blocks", "100"});
+        CHECK(o.parallel == 16);
+        CHECK(o.batch_tokens == 512);
+        CHECK(o.kv_blocks == 100);
+        CHECK(parse({"-m", "d", "--bench"}).parallel == 0);  // one prompt at a time unless asked
+        CHECK(parse({"-m", "d", "--bench"}).batch_tokens == 2048);
+    }
     CHECK(usage_error({"-p", "x"}) == "-m MODEL_DIR is required");
     CHECK(usage_error({"-m", "d"}) == "give a prompt with -p, -f or --ids (or -cnv, -i FILE, --bench)");
     CHECK(usage_error({"-m", "d", "-p", "x", "-f", "y"}) == "give only one of -p, -f and --ids");

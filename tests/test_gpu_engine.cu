@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -361,4 +363,113 @@ TEST_CASE("chat replies: tools reach the template, reasoning comes back apart") 
     REQUIRE(std::getline(f2, first));
     CHECK(nlohmann::json::parse(first)["prompt_tokens"] == out[1]["prompt_tokens"]);
     CHECK_MESSAGE(run_command(engine + " -m " + m + " --temp 0 -n 8 -q --tools " + (dir / "tools.json") + " -p 'def add(a, b):'", &log) == 0, log);
+}
+
+// ---- the batched core (runtime/batched.cuh: -np / --parallel) ----
+
+// The JSONL results of a batch run, by line number.
+static std::map<int, nlohmann::json> batch_results(const std::string& path) {
+    std::map<int, nlohmann::json> r;
+    std::ifstream f(path);
+    for (std::string l; std::getline(f, l);) {
+        nlohmann::json j = nlohmann::json::parse(l);
+        r[j["line"].get<int>()] = j;
+    }
+    return r;
+}
+
+// Greedy tokens of a batched run against a reference run of the same lines: equal until the first step where the
+// reference's top-1/top-2 gap is below kClearGap (the two passes round differently: GEMM rows against a GEMV, a
+// chunk attending through the cache against its own fp16 keys); returns how many tokens were compared. A mixture
+// (not strict) may also route a token differently where two experts' scores nearly tie (the router's GEMM rows
+// against its decode GEMV): there each line counts only up to its first difference.
+static size_t compare_batched(const std::map<int, nlohmann::json>& ref, const std::map<int, nlohmann::json>& got, bool strict) {
+    size_t compared = 0;
+    REQUIRE(ref.size() == got.size());
+    for (const auto& kv : ref) {
+        const int line = kv.first;
+        const nlohmann::json& r = kv.second;
+        CAPTURE(line);
+        const nlohmann::json& g = got.at(line);
+        REQUIRE(!g.contains("error"));
+        std::vector<int> a = r["completion_ids"], b = g["completion_ids"];
+        std::vector<float> gaps = r["gaps"];
+        for (size_t i = 0; i < a.size() && gaps[i] >= kClearGap; i++, compared++) {
+            CAPTURE(i);
+            REQUIRE(i < b.size());
+            if (!strict && a[i] != b[i]) break;
+            CHECK(a[i] == b[i]);
+        }
+    }
+    return compared;
+}
+
+// Every engine that runs --parallel, on the tiny models and on the shipped one: the batched core with one sequence
+// gives exactly the serial path's tokens (the same kernels over a paged cache); many sequences at once, with prompts
+// cut into chunks by a small token budget, prefix-cache hits (half the prompts share their first 40 tokens) and a
+// pool small enough to force preemption, give each prompt its solo tokens up to the first near-tie; a model whose
+// layers keep a running state (LFM2) refuses --parallel in one line.
+TEST_CASE("batched core: every sequence gets its solo tokens, through chunks, prefix hits and preemption") {
+    std::vector<std::string> dirs;
+    for (const std::string& name : test_models("tests/data/models")) dirs.push_back("tests/data/models/" + name);
+    dirs.push_back("models/pycoder-13m");
+    for (const std::string& dir : dirs) {
+        CAPTURE(dir);
+        std::string engine = engine_for(dir), log;
+        REQUIRE_MESSAGE(access(engine.c_str(), X_OK) == 0, engine, " not built (run make)");
+        nlohmann::json cfg = nlohmann::json::parse(file_text(dir + "/config.json"));
+        int vocab = cfg["vocab_size"].get<int>();
+        TempDir tmp;
+        {
+            std::ofstream in(tmp / "in.jsonl");
+            std::mt19937 rng(7);
+            std::vector<int> shared(40);
+            for (int& t : shared) t = (int)(rng() % vocab);
+            for (int i = 0; i < 24; i++) {
+                std::vector<int> ids;
+                if (i % 2) ids = shared;
+                int n = 1 + (int)(rng() % 90);
+                for (int k = 0; k < n; k++) ids.push_back((int)(rng() % vocab));
+                nlohmann::json line = {{"prompt_ids", ids}, {"max_tokens", 4 + (int)(rng() % 20)}, {"return_gaps", true}};
+                in << line.dump() << "\n";
+            }
+        }
+        std::string base = engine + " -m " + dir + " --temp 0 -c 256 -i " + (tmp / "in.jsonl");
+        if (engine.find("/lfm2") != std::string::npos) {
+            CHECK(run_command(base + " -np 4 -o " + (tmp / "x.jsonl"), &log) != 0);
+            CHECK(log.find("--parallel is not supported for lfm2") != std::string::npos);
+            continue;
+        }
+        REQUIRE_MESSAGE(run_command(base + " -o " + (tmp / "serial.jsonl"), &log) == 0, log);
+        REQUIRE_MESSAGE(run_command(base + " -np 1 -o " + (tmp / "np1.jsonl"), &log) == 0, log);
+        auto serial = batch_results(tmp / "serial.jsonl"), one = batch_results(tmp / "np1.jsonl");
+        REQUIRE(serial.size() == 24);
+        REQUIRE(one.size() == 24);
+        for (const auto& kv : serial) {  // one at a time: the same tokens exactly, where no prefix came from the cache
+            const int line = kv.first;
+            const nlohmann::json& r = kv.second;
+            CAPTURE(line);
+            if (line % 2 == 0) continue;  // (even lines: i odd, the shared prefix may come from the cache)
+            CHECK(one.at(line)["completion_ids"] == r["completion_ids"]);
+            CHECK(one.at(line)["completion_tokens"] == r["completion_tokens"]);
+            CHECK(one.at(line)["finish_reason"] == r["finish_reason"]);
+        }
+        struct Run {
+            std::string flags;
+            std::string expect;  // a line the run must print (stderr)
+        };
+        const bool mixture = cfg.contains("num_local_experts") || cfg.contains("num_experts");
+        for (Run run : {Run{"-np 24", "passes"}, Run{"-np 8 --batch-tokens 32", "prefix cache"}, Run{"-np 16 --kv-blocks 24", "preemptions"}}) {
+            CAPTURE(run.flags);
+            REQUIRE_MESSAGE(run_command(base + " " + run.flags + " -o " + (tmp / "np.jsonl"), &log) == 0, log);
+            auto got = batch_results(tmp / "np.jsonl");
+            size_t compared = compare_batched(one, got, !mixture), total = 0;
+            for (const auto& [line, r] : one) total += r["completion_ids"].size();
+            MESSAGE(dir, " ", run.flags, ": ", compared, " of ", total, " tokens compared before a near-tie");
+            CHECK(compared * 2 >= total);
+            CHECK(log.find(run.expect) != std::string::npos);
+            if (run.flags.find("kv-blocks") != std::string::npos) CHECK(log.find(", 0 preemptions") == std::string::npos);
+            if (run.flags.find("batch-tokens") != std::string::npos) CHECK(log.find("prefix cache 0 of") == std::string::npos);
+        }
+    }
 }

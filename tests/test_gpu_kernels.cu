@@ -870,6 +870,115 @@ TEST_CASE("flash-decoding: contexts 1..16k, GQA 1/2/4/8, head_dim 64/128, severa
                 }
 }
 
+// Paged KV (the batched core): sequences' rows scattered over a pool of 16-row blocks in a shuffled order, each
+// sequence reading its positions through its block table. kref / vref hold, per sequence, the values as a contiguous
+// [nkv][len][hd] cache would (for attention_ref).
+struct PagedCache {
+    KvType type;
+    int hd, nkv, pool_rows, stride;                    // stride: blocks per table row
+    std::unique_ptr<DeviceVec<uint8_t>> k, v;
+    std::unique_ptr<DeviceVec<float>> ks, vs;
+    std::unique_ptr<DeviceVec<int>> tables;
+    std::vector<std::vector<float>> kref, vref;
+    KvLayer layer() const {
+        KvLayer L;
+        L.k = k->p, L.v = v->p, L.pages = tables->p, L.page_shift = 4, L.pages_stride = stride;
+        if (type == KvType::FP8) L.k_scale = ks->p, L.v_scale = vs->p;
+        return L;
+    }
+};
+
+static PagedCache make_paged_cache(KvType t, const std::vector<int>& lens, int nkv, int hd, Rng& r) {
+    PagedCache c;
+    c.type = t, c.hd = hd, c.nkv = nkv;
+    int blocks = 3;  // a few the tables never name
+    c.stride = 0;
+    for (int len : lens) blocks += (len + 15) / 16, c.stride = std::max(c.stride, (len + 15) / 16);
+    c.pool_rows = blocks * 16;
+    std::vector<int> order(blocks);
+    for (int b = 0; b < blocks; b++) order[b] = b;
+    for (int b = blocks - 1; b > 0; b--) std::swap(order[b], order[r.uniform_int(0, b)]);  // shuffled
+    const size_t eb = t == KvType::FP8 ? 1 : 2;
+    std::vector<uint8_t> K((size_t)nkv * c.pool_rows * hd * eb, 0xA5), V = K;  // unused rows: garbage
+    std::vector<float> KS((size_t)nkv * c.pool_rows, 1e30f), VS = KS;
+    std::vector<int> tables(lens.size() * c.stride, -1);
+    int next = 0;
+    for (size_t s = 0; s < lens.size(); s++) {
+        const int len = lens[s];
+        for (int b = 0; b < (len + 15) / 16; b++) tables[s * c.stride + b] = order[next++];
+        auto kx = random_floats((size_t)nkv * len * hd, r, 1.5f), vx = random_floats((size_t)nkv * len * hd, r);
+        std::vector<uint8_t> kr, vr;
+        std::vector<float> ksc, vsc, kf, vf;
+        encode_cache_rows(t, kx, hd, kr, ksc, kf);
+        encode_cache_rows(t, vx, hd, vr, vsc, vf);
+        c.kref.push_back(kf), c.vref.push_back(vf);
+        for (int h = 0; h < nkv; h++)
+            for (int p = 0; p < len; p++) {
+                size_t src = (size_t)h * len + p, dst = (size_t)h * c.pool_rows + tables[s * c.stride + p / 16] * 16 + p % 16;
+                std::memcpy(&K[dst * hd * eb], &kr[src * hd * eb], hd * eb);
+                std::memcpy(&V[dst * hd * eb], &vr[src * hd * eb], hd * eb);
+                KS[dst] = ksc[src], VS[dst] = vsc[src];
+            }
+    }
+    c.k = std::make_unique<DeviceVec<uint8_t>>(K), c.v = std::make_unique<DeviceVec<uint8_t>>(V);
+    c.ks = std::make_unique<DeviceVec<float>>(KS), c.vs = std::make_unique<DeviceVec<float>>(VS);
+    c.tables = std::make_unique<DeviceVec<int>>(tables);
+    return c;
+}
+
+TEST_CASE("paged KV: flash-decoding of many sequences in one launch and prefill attention, through shuffled block tables") {
+    Rng r(21);
+    GpuMemory mem;
+    const int nkv = 2;
+    for (KvType kt : {KvType::BF16, KvType::FP8})
+        for (int hd : {64, 128})
+            for (int G : {1, 4, 8})
+                for (int window : {0, 37}) {
+                    CAPTURE((int)kt);
+                    CAPTURE(hd);
+                    CAPTURE(G);
+                    CAPTURE(window);
+                    const int nh = nkv * G;
+                    std::vector<int> lens = {1, 16, 17, 64, 300, 1000, 2047};
+                    const int S = (int)lens.size();
+                    PagedCache pc = make_paged_cache(kt, lens, nkv, hd, r);
+                    AttnParams ap;
+                    ap.window = window;
+                    // Decode: sequence z's query at position lens[z] - 1.
+                    auto q = random_bf16_values((size_t)S * nh * hd, r, 1.5f);
+                    std::vector<int> pos;
+                    for (int len : lens) pos.push_back(len - 1);
+                    DeviceVec<bf16> d_q(to_bf16(q)), d_out((size_t)S * nh * hd);
+                    DeviceVec<int> d_pos(pos);
+                    FlashDecode fd = flash_decode_plan(nh, nkv, hd, pc.pool_rows, mem, S, 2048);
+                    for (int n : {1, S}) {  // one sequence (the plan's splits), all of them (fewer each)
+                        CAPTURE(n);
+                        d_out.poison();
+                        flash_decode(fd, d_q.p, kt, pc.layer(), d_pos.p, d_out.p, 0, ap, n);
+                        std::vector<float> out = from_bf16(d_out.download());
+                        for (int z = 0; z < n; z++) {
+                            CAPTURE(z);
+                            std::vector<float> qz(q.begin() + (size_t)z * nh * hd, q.begin() + (size_t)(z + 1) * nh * hd);
+                            auto ref = attention_ref(qz, pc.kref[z], pc.vref[z], 1, lens[z] - 1, nh, nkv, hd, lens[z], window);
+                            std::vector<float> got(out.begin() + (size_t)z * nh * hd, out.begin() + (size_t)(z + 1) * nh * hd);
+                            CHECK_CLOSE(compare(got, ref), 1e-2);
+                        }
+                    }
+                    // Prefill: a chunk of sequence 5 (1000 rows) at position 600 attends to rows 0 .. 600 + T - 1 through its table.
+                    const int z = 5, T = 130, pos0 = 600;
+                    auto qp = round_to_half(random_floats((size_t)T * nh * hd, r, 1.5f));
+                    DeviceVec<__half> d_qp(to_half(qp));
+                    DeviceVec<bf16> d_po((size_t)T * nh * hd);
+                    DeviceVec<int> d_p0(std::vector<int>{pos0});
+                    KvLayer L = pc.layer();
+                    L.pages += z * pc.stride;
+                    d_po.poison();
+                    prefill_attention(d_qp.p, kt, L, d_p0.p, d_po.p, T, nh, nkv, hd, pc.pool_rows, ap, 0);
+                    auto ref = attention_ref(qp, pc.kref[z], pc.vref[z], T, pos0, nh, nkv, hd, lens[z], window);
+                    CHECK_CLOSE(compare(from_bf16(d_po.download()), ref), kt == KvType::FP8 ? 4e-3 : 5e-3);
+                }
+}
+
 TEST_CASE("attention sinks (GPT-OSS): prefill and flash-decoding add each head's sink to the denominator, with and without a window") {
     Rng r(9);
     GpuMemory mem;

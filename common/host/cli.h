@@ -65,6 +65,9 @@ struct Options {
     std::string in_file;       // -i: batch file of prompts (one per line, or JSONL with "prompt" or "messages")
     std::string out_file;      // -o: with -i, where the JSONL results go
     int ubatch = 2048;         // -ub: tokens per prefill pass (1: a prompt runs as decode steps)
+    int parallel = 0;          // -np / --parallel: sequences the batched core runs at once (0: one prompt at a time)
+    int batch_tokens = 2048;   // --batch-tokens: tokens of one batched pass (decode steps and prompt chunks)
+    int kv_blocks = 0;         // --kv-blocks: the batched core's KV pool in blocks of 16 positions (0: what memory allows)
     bool quiet = false, verbose = false, help = false;
 };
 
@@ -107,7 +110,12 @@ inline void print_usage(FILE* out, const char* engine) {
                  "      --dump-inputs      with --dump-dir: also each layer's projection inputs (calibration for\n"
                  "                         tools/quantize --calib)\n"
                  "      --force-routing DIR  a mixture-of-experts model takes its expert choices for the prompt positions\n"
-                 "                         from DIR/routing_NN.npy (oracle/dump.py's), to check its math apart from near ties\n"                 "      --bench            benchmark: --n-prompt random tokens, then -n decoded (default 128)\n"
+                 "                         from DIR/routing_NN.npy (oracle/dump.py's), to check its math apart from near ties\n"
+                 "  -np, --parallel N      run up to N sequences at once (continuous batching over a paged KV cache):\n"
+                 "                         with -i, the file's prompts; with --bench, N concurrent random prompts\n"
+                 "      --batch-tokens N   tokens per batched pass, decode steps and prompt chunks (default 2048)\n"
+                 "      --kv-blocks N      with -np: the KV pool, in blocks of 16 positions (default: as memory allows)\n"
+                 "      --bench            benchmark: --n-prompt random tokens, then -n decoded (default 128)\n"
                  "      --n-prompt N[,N..] prompt length(s) for --bench (default 512), e.g. 512,4096,16384\n"
                  "      --no-cuda-graphs   launch the decode step kernel by kernel\n"
                  "      --no-pdl           do not let a kernel start before the previous one ends (Hopper+)\n"
@@ -219,6 +227,9 @@ inline Options parse_cli(int argc, char** argv) {
         else if (a == "-i" || a == "--in-file") o.in_file = value();
         else if (a == "-o" || a == "--out-file") o.out_file = value();
         else if (a == "-ub" || a == "--ubatch-size") o.ubatch = static_cast<int>(parse_int(a, value(), 1, 2048));
+        else if (a == "-np" || a == "--parallel") o.parallel = static_cast<int>(parse_int(a, value(), 1, 1024));
+        else if (a == "--batch-tokens") o.batch_tokens = static_cast<int>(parse_int(a, value(), 1, 16384));
+        else if (a == "--kv-blocks") o.kv_blocks = static_cast<int>(parse_int(a, value(), 2, kIntMax));
         else if (a == "-q" || a == "--quiet") o.quiet = true;
         else if (a == "-v" || a == "--verbose") o.verbose = true;
         else die_usage("unknown flag '%s'", a.c_str());
@@ -243,6 +254,10 @@ inline Options parse_cli(int argc, char** argv) {
     if (o.kv_window && !o.kv_budget) die_usage("--kv-window needs --kv-budget");
     if (o.kv_window > o.kv_budget) die_usage("--kv-window %d is larger than --kv-budget %d", o.kv_window, o.kv_budget);
     if (o.kv_budget && !o.kv_window) o.kv_window = (o.kv_budget + 1) / 2;
+    if (o.parallel && o.in_file.empty() && !o.bench) die_usage("--parallel runs a batch file (-i) or --bench");
+    if (o.parallel && o.kv_budget) die_usage("--parallel does not go with --kv-budget");
+    if (o.parallel && !o.dump_dir.empty()) die_usage("--parallel does not go with --dump-dir");
+    if (o.kv_blocks && !o.parallel) die_usage("--kv-blocks goes with --parallel");
     return o;
 }
 

@@ -6,6 +6,7 @@
 //     kv     keys 0 .. *d_pos + T - 1: this layer's cache (bf16, or FP8 scaled back), or, type F16, the
 //            fp16 copy of a chunk's own keys and values that qk_norm_rope_cache writes beside the cache
 //     out    bf16 [T][n_heads * head_dim]  softmax(q k^T / sqrt(d) + causal mask) v
+//            (paged, kv.pages: positions found through the sequence's block table, kv_cache.cuh)
 //     params AttnParams (attn_params.cuh): a sliding window masks keys at or before pos - window too, and
 //            the key tiles wholly before the block's first window are skipped
 // head_dim 64 or 128; any GQA ratio (query head h reads KV head h / (n_heads / n_kv), like repeat_kv).
@@ -103,7 +104,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
             int r = c / (HD / 8), col = (c % (HD / 8)) * 8, key = kt + r;
             uint4 kc = make_uint4(0, 0, 0, 0), vc = make_uint4(0, 0, 0, 0);
             if (key < n_keys) {
-                size_t row = (size_t)kvh * ctx + key;
+                size_t row = (size_t)kvh * ctx + kv_page_row(kv, key);
                 kc = kv_chunk_16<KV>(kv.k, kv.k_scale, row, HD, col);
                 vc = kv_chunk_16<KV>(kv.v, kv.v_scale, row, HD, col);
             }

@@ -5,6 +5,8 @@
 //   flash_decode(fd, q, kv.type, kv.layer(l), d_pos, out, stream, params);
 //   flash_decode_fused(fd, DecodeQkv{qkv, q_norm_w, k_norm_w, rope.cos_sin, eps}, kv.type, kv.layer(l), d_pos, out, stream, params);
 //     (the same, after doing qk_norm_rope_cache's work for this one token itself: see DecodeQkv)
+//   flash_decode_fused(fd, in, kv.type, paged_layer, d_pos, out, stream, params, n);   // n sequences' decode tokens in
+//     one launch, each through its own block table (the batched core: grid z = sequence, splits_for(n) each)
 //     q       bf16 [n_heads][head_dim]     this token's queries (normed, rotated)
 //     kv      this layer's cache (kv_cache.cuh), bf16 or FP8; keys 0 .. *d_pos are valid
 //     out     bf16 [n_heads * head_dim]    softmax(q k^T / sqrt(d)) v, heads side by side
@@ -42,10 +44,14 @@
 namespace monocu {
 
 struct FlashDecode {
-    int n_heads = 0, n_kv = 0, head_dim = 0, ctx = 0, n_splits = 1;
+    int n_heads = 0, n_kv = 0, head_dim = 0, ctx = 0, n_splits = 1;  // ctx: the cache's rows per head (their stride)
     int min_chunk = 64;         // keys: the smallest split (one 16-key tile per warp)
-    float* part_o = nullptr;    // [n_heads][n_splits][head_dim]
-    float2* part_ml = nullptr;  // [n_heads][n_splits]: (max in log2 units, sum)
+    int max_seqs = 1;           // sequences one launch may take (the batched core's decode)
+    float* part_o = nullptr;    // [seqs][n_heads][splits][head_dim]
+    float2* part_ml = nullptr;  // [seqs][n_heads][splits]: (max in log2 units, sum)
+    // Splits per sequence when n sequences share a launch: about 2 blocks per SM over all of them, never more than
+    // the plan's (a single sequence gets exactly the plan's, as the batch-1 path does).
+    int splits_for(int n) const { return std::max(1, std::min(n_splits, CEIL_DIV(2 * sm_count(), n_kv * n))); }
 };
 
 // The fused mode's input: this token's raw projections, from which every block makes the queries of its
@@ -119,7 +125,7 @@ __device__ __forceinline__ void flash_decode_store_new_row(const DecodeQkv& in, 
     uint4 pk, pv;
     float sk = kv_pack_8<KV, LPK>(k, pk), sv = kv_pack_8<KV, LPK>(v, pv);
     if (!writer) return;
-    size_t row = (size_t)kvh * ctx + at;
+    size_t row = (size_t)kvh * ctx + kv_page_row(kv, at);
     kv_put_8<KV, LPK>(kv.k, kv.k_scale, row, dl, pk, sk);
     kv_put_8<KV, LPK>(kv.v, kv.v_scale, row, dl, pv, sv);
     kv_put_8<KV, LPK>(keep.k, &keep.k_scale, 0, dl, pk, sk);  // row 0 of a one-row "cache"
@@ -161,7 +167,8 @@ struct FdTiles {
 // `skip` (this token's row, which may not be written yet: flash_decode_fix_row fills it later).
 template <int HD, KvType KV>
 __device__ __forceinline__ void flash_decode_issue_tile(unsigned char* ws, int stage, const uint8_t* k_rows, const uint8_t* v_rows,
-                                                        const float* ks, const float* vs, int key0, int end, int skip, int lane) {
+                                                        const float* ks, const float* vs, const int* pages, int shift, int key0, int end,
+                                                        int skip, int lane) {
     using T = FdTiles<HD, KV>;
     constexpr int kChunks = T::kKeys * T::kChunksPerRow;
     constexpr size_t kRow = (size_t)HD * (T::kFp8 ? 1 : 2);  // bytes of a cache row in global memory
@@ -175,14 +182,14 @@ __device__ __forceinline__ void flash_decode_issue_tile(unsigned char* ws, int s
     for (int c = lane; c < kChunks; c += 32) {
         int r = c / T::kChunksPerRow, col = (c % T::kChunksPerRow) * 16, key = key0 + r;
         bool valid = key < end && key != skip;
-        size_t off = valid ? (size_t)key * kRow + col : 0;
+        size_t off = valid ? (size_t)kv_page_row(pages, shift, key) * kRow + col : 0;
         copy(T::rows(ws, stage, 0) + r * T::kRowBytes + col, k_rows + off, valid ? 16 : 0);
         copy(T::rows(ws, stage, 1) + r * T::kRowBytes + col, v_rows + off, valid ? 16 : 0);
     }
     if constexpr (T::kFp8) {  // the 16 keys' scales: lane = 16 kv + r (one 4-byte copy each: rows are not 16-byte aligned)
         int kv = lane / 16, r = lane % 16, key = key0 + r;
         bool valid = key < end && key != skip;
-        cp_async_4(T::scales(ws, stage, kv) + r, (kv ? vs : ks) + (valid ? key : 0), valid ? 4 : 0);
+        cp_async_4(T::scales(ws, stage, kv) + r, (kv ? vs : ks) + (valid ? kv_page_row(pages, shift, key) : 0), valid ? 4 : 0);
     }
     cp_async_commit();
 }
@@ -283,6 +290,13 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
     pdl_launch_dependents();
     const int split = blockIdx.x, kvh = blockIdx.y, n_kv = gridDim.y, n_heads = n_kv * G;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if (const int z = blockIdx.z) {  // sequence z of a batch (the batched core): its token's row, position, table, partials
+        d_pos += z;
+        if (kv.pages) kv.pages += (size_t)z * kv.pages_stride;
+        if (in.qkv) in.qkv += (size_t)z * (n_heads + 2 * n_kv) * HD;
+        else q += (size_t)z * n_heads * HD;
+        part_o += (size_t)z * n_heads * n_splits * HD, part_ml += (size_t)z * n_heads * n_splits;
+    }
     // pos: the token's position (its RoPE row); at: its cache row (pos, unless KV eviction keeps fewer rows)
     const int pos = *d_pos, at = kv_row(ap, pos), first = attn_first_key(ap, at), len = at + 1 - first;
     const int chunk = flash_decode_chunk(len, n_splits, min_chunk);
@@ -300,7 +314,7 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
     auto tile_key0 = [&](int j) { return begin + T::kKeys * (warp + kFdWarps * j); };  // this warp's j-th tile
     auto issue = [&](int j) {
         int key0 = tile_key0(j);
-        if (key0 < end) flash_decode_issue_tile<HD, KV>(ws, j % NS, k_rows, v_rows, ks, vs, key0, end, at, lane);
+        if (key0 < end) flash_decode_issue_tile<HD, KV>(ws, j % NS, k_rows, v_rows, ks, vs, kv.pages, kv.page_shift, key0, end, at, lane);
         else cp_async_commit();  // an empty group keeps "group j = tile j"
     };
 #pragma unroll
@@ -345,7 +359,7 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
         cp_async_wait<NS - 1>();  // this lane's copies of tile j have landed ...
         __syncwarp();             // ... and so have the other lanes'
         if (key0 <= at && at < key0 + T::kKeys)
-            flash_decode_fix_row<HD, KV>(ws, stage, k_rows, v_rows, ks, vs, at - key0, at, fused ? &new_row : nullptr, lane);
+            flash_decode_fix_row<HD, KV>(ws, stage, k_rows, v_rows, ks, vs, at - key0, kv_page_row(kv, at), fused ? &new_row : nullptr, lane);
         if constexpr (FP8) flash_decode_convert_fp8<HD>(ws, stage, lane);
         const uint16_t* Kt = T::mma_tile(ws, stage, 0);
         const uint16_t* Vt = T::mma_tile(ws, stage, 1);
@@ -466,7 +480,9 @@ __global__ void __launch_bounds__(32)
     constexpr int kBatch = 16, kGroups = 4;
     TRACE_BEGIN();
     pdl_launch_dependents();
-    const int h = blockIdx.x, grp = threadIdx.x / 8, d = blockIdx.y * 32 + (threadIdx.x % 8) * 4;
+    const int h = blockIdx.x, grp = threadIdx.x / 8, d = blockIdx.y * 32 + (threadIdx.x % 8) * 4, z = blockIdx.z;
+    d_pos += z, out += (size_t)z * gridDim.x * HD;  // sequence z of a batch
+    part_o += (size_t)z * gridDim.x * n_splits * HD, part_ml += (size_t)z * gridDim.x * n_splits;
     const int at = kv_row(ap, *d_pos), len = at + 1 - attn_first_key(ap, at);
     const int n_active = flash_decode_active_splits(len, flash_decode_chunk(len, n_splits, min_chunk), n_splits);
     const float2* ml = part_ml + (size_t)h * n_splits;
@@ -521,7 +537,8 @@ __global__ void __launch_bounds__(32)
     TRACE_END(3, 0, 0);
 }
 
-inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ctx, GpuMemory& mem) {
+// ctx: rows per head of the cache the launches read; seq_ctx (0: ctx) the longest sequence, which sizes the splits.
+inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ctx, GpuMemory& mem, int max_seqs = 1, int seq_ctx = 0) {
     if (head_dim != 64 && head_dim != 128) die("flash_decode: head_dim %d is not supported (64, 128)", head_dim);
     if (n_heads % n_kv != 0 || n_heads / n_kv > 8) die("flash_decode: %d heads over %d KV heads (group of 1..8 supported)", n_heads, n_kv);
     const int sms = sm_count();
@@ -529,64 +546,74 @@ inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ct
     fd.n_heads = n_heads, fd.n_kv = n_kv, fd.head_dim = head_dim, fd.ctx = ctx;
     // About 2 blocks per SM at full context (their shared memory allows 2); at short context one split per
     // min_chunk keys.
-    fd.n_splits = std::max(1, std::min({CEIL_DIV(2 * sms, n_kv), CEIL_DIV(ctx, fd.min_chunk), kFdMaxSplits}));
-    fd.part_o = mem.alloc<float>((size_t)n_heads * fd.n_splits * head_dim, "workspace");
-    fd.part_ml = mem.alloc<float2>((size_t)n_heads * fd.n_splits, "workspace");
+    fd.n_splits = std::max(1, std::min({CEIL_DIV(2 * sms, n_kv), CEIL_DIV(seq_ctx > 0 ? seq_ctx : ctx, fd.min_chunk), kFdMaxSplits}));
+    fd.max_seqs = std::max(1, max_seqs);
+    size_t parts = 0;  // the most (sequence, split) pairs a launch writes
+    for (int n = 1; n <= fd.max_seqs; n++) parts = std::max(parts, (size_t)n * fd.splits_for(n));
+    fd.part_o = mem.alloc<float>(parts * n_heads * head_dim, "workspace");
+    fd.part_ml = mem.alloc<float2>(parts * n_heads, "workspace");
     return fd;
 }
 
 template <int HD, int G, KvType KV>
 inline void flash_decode_split_launch(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, const KvLayer& kv, const int* d_pos,
-                                      bf16* out, const AttnParams& ap, cudaStream_t stream) {
+                                      bf16* out, const AttnParams& ap, int n_seqs, cudaStream_t stream) {
     constexpr size_t ring = FdTiles<HD, KV>::kSmemBytes, merge = (size_t)kFdWarps * G * (HD * 4 + 8);  // the warps' merge reuses the ring
     constexpr size_t smem = ring > merge ? ring : merge;
     allow_dynamic_smem(flash_decode_split_kernel<HD, G, KV>, smem);  // once, before any graph capture (eager warm-up)
-    dim3 grid(fd.n_splits, fd.n_kv);
+    const int splits = fd.splits_for(n_seqs);
+    dim3 grid(splits, fd.n_kv, n_seqs);
     float scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
-    launch(flash_decode_split_kernel<HD, G, KV>, grid, kFdWarps * 32, smem, stream, q, in, kv, d_pos, fd.ctx, fd.n_splits, fd.min_chunk, scale_log2,
+    launch(flash_decode_split_kernel<HD, G, KV>, grid, kFdWarps * 32, smem, stream, q, in, kv, d_pos, fd.ctx, splits, fd.min_chunk, scale_log2,
            ap, fd.part_o, fd.part_ml);
-    launch(flash_decode_merge_kernel<HD>, dim3(fd.n_heads, HD / 32), 32, 0, stream, fd.part_o, fd.part_ml, d_pos, fd.n_splits, fd.min_chunk, ap, out);
+    launch(flash_decode_merge_kernel<HD>, dim3(fd.n_heads, HD / 32, n_seqs), 32, 0, stream, fd.part_o, fd.part_ml, d_pos, splits, fd.min_chunk, ap,
+           out);
 }
 
 template <int HD, KvType KV>
 inline void flash_decode_split_dispatch(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, const KvLayer& kv, const int* d_pos,
-                                        bf16* out, const AttnParams& ap, cudaStream_t s) {
+                                        bf16* out, const AttnParams& ap, int n, cudaStream_t s) {
     switch (fd.n_heads / fd.n_kv) {
-        case 1: return flash_decode_split_launch<HD, 1, KV>(fd, q, in, kv, d_pos, out, ap, s);
-        case 2: return flash_decode_split_launch<HD, 2, KV>(fd, q, in, kv, d_pos, out, ap, s);
-        case 3: return flash_decode_split_launch<HD, 3, KV>(fd, q, in, kv, d_pos, out, ap, s);
-        case 4: return flash_decode_split_launch<HD, 4, KV>(fd, q, in, kv, d_pos, out, ap, s);
-        case 5: return flash_decode_split_launch<HD, 5, KV>(fd, q, in, kv, d_pos, out, ap, s);
-        case 6: return flash_decode_split_launch<HD, 6, KV>(fd, q, in, kv, d_pos, out, ap, s);
-        case 7: return flash_decode_split_launch<HD, 7, KV>(fd, q, in, kv, d_pos, out, ap, s);
-        case 8: return flash_decode_split_launch<HD, 8, KV>(fd, q, in, kv, d_pos, out, ap, s);
+        case 1: return flash_decode_split_launch<HD, 1, KV>(fd, q, in, kv, d_pos, out, ap, n, s);
+        case 2: return flash_decode_split_launch<HD, 2, KV>(fd, q, in, kv, d_pos, out, ap, n, s);
+        case 3: return flash_decode_split_launch<HD, 3, KV>(fd, q, in, kv, d_pos, out, ap, n, s);
+        case 4: return flash_decode_split_launch<HD, 4, KV>(fd, q, in, kv, d_pos, out, ap, n, s);
+        case 5: return flash_decode_split_launch<HD, 5, KV>(fd, q, in, kv, d_pos, out, ap, n, s);
+        case 6: return flash_decode_split_launch<HD, 6, KV>(fd, q, in, kv, d_pos, out, ap, n, s);
+        case 7: return flash_decode_split_launch<HD, 7, KV>(fd, q, in, kv, d_pos, out, ap, n, s);
+        case 8: return flash_decode_split_launch<HD, 8, KV>(fd, q, in, kv, d_pos, out, ap, n, s);
     }
 }
 
 inline void flash_decode_any(const FlashDecode& fd, const bf16* q, const DecodeQkv& in, KvType type, const KvLayer& kv, const int* d_pos,
-                             bf16* out, const AttnParams& ap, cudaStream_t stream) {
+                             bf16* out, const AttnParams& ap, cudaStream_t stream, int n = 1) {
     if (type == KvType::F16) die("flash_decode: reads a bf16 or FP8 cache, not fp16");
     attn_params_check(ap, "flash_decode");
+    if (n < 1 || n > fd.max_seqs) die("flash_decode: %d sequences in one launch; planned for at most %d", n, fd.max_seqs);
+    if (n > 1 && (ap.kv_budget || ap.h2o_scores)) die("flash_decode: KV eviction is for one sequence at a time");
     if (fd.head_dim == 64) {
-        if (type == KvType::BF16) flash_decode_split_dispatch<64, KvType::BF16>(fd, q, in, kv, d_pos, out, ap, stream);
-        else flash_decode_split_dispatch<64, KvType::FP8>(fd, q, in, kv, d_pos, out, ap, stream);
+        if (type == KvType::BF16) flash_decode_split_dispatch<64, KvType::BF16>(fd, q, in, kv, d_pos, out, ap, n, stream);
+        else flash_decode_split_dispatch<64, KvType::FP8>(fd, q, in, kv, d_pos, out, ap, n, stream);
     } else {
-        if (type == KvType::BF16) flash_decode_split_dispatch<128, KvType::BF16>(fd, q, in, kv, d_pos, out, ap, stream);
-        else flash_decode_split_dispatch<128, KvType::FP8>(fd, q, in, kv, d_pos, out, ap, stream);
+        if (type == KvType::BF16) flash_decode_split_dispatch<128, KvType::BF16>(fd, q, in, kv, d_pos, out, ap, n, stream);
+        else flash_decode_split_dispatch<128, KvType::FP8>(fd, q, in, kv, d_pos, out, ap, n, stream);
     }
 }
 
 // Two launches: the split blocks, then the merge into out. q is ready.
+// (n sequences: q, d_pos and out hold a row each, kv.pages a table each, as flash_decode_fused below.)
 inline void flash_decode(const FlashDecode& fd, const bf16* q, KvType type, const KvLayer& kv, const int* d_pos, bf16* out,
-                         cudaStream_t stream, const AttnParams& ap = {}) {
-    flash_decode_any(fd, q, DecodeQkv{}, type, kv, d_pos, out, ap, stream);
+                         cudaStream_t stream, const AttnParams& ap = {}, int n = 1) {
+    flash_decode_any(fd, q, DecodeQkv{}, type, kv, d_pos, out, ap, stream, n);
 }
 
 // The same, making q and the new cache row from the raw projections (DecodeQkv) in the split launch.
+// n sequences (the batched core's decode): token z's projections are row z of in.qkv, its position d_pos[z], its
+// block table kv.pages + z kv.pages_stride, its output row z of out.
 inline void flash_decode_fused(const FlashDecode& fd, const DecodeQkv& in, KvType type, const KvLayer& kv, const int* d_pos, bf16* out,
-                               cudaStream_t stream, const AttnParams& ap = {}) {
+                               cudaStream_t stream, const AttnParams& ap = {}, int n = 1) {
     if (!in.qkv) die("flash_decode_fused: needs the projections");
-    flash_decode_any(fd, nullptr, in, type, kv, d_pos, out, ap, stream);
+    flash_decode_any(fd, nullptr, in, type, kv, d_pos, out, ap, stream, n);
 }
 
 }  // namespace monocu

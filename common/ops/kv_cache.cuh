@@ -6,6 +6,8 @@
 //   KvLayer L = kv.layer(l, slot);      // what the attention kernels and the cache writer take: layer l of the
 //                                       // sequence in slot `slot` (each slot holds one sequence of up to ctx)
 //   kv.bytes_per_token()                // K + V (+ scales) of one position over all layers
+//   L.pages = table, L.page_shift = 4;  // paged: the layer's rows are a pool of 16-row blocks, a sequence's
+//                                       // positions found through its block table (the batched core's)
 //
 // Layout per layer and slot: K and V [n_kv][ctx][head_dim] (one head's positions contiguous, so decode streams
 // each head's keys in order), FP8 scales [n_kv][ctx] float; the whole cache is [layers][slots][...] of those.
@@ -28,7 +30,18 @@ struct KvLayer {
     void* v = nullptr;
     float* k_scale = nullptr;   // [n_kv][ctx] (FP8 only)
     float* v_scale = nullptr;
+    // Paged (the batched core): the ctx rows of each head are a pool of blocks of 2^page_shift rows, and a sequence's
+    // position p lives in row pages[p >> page_shift] * 2^page_shift + p % 2^page_shift (kv_page_row). Null: row p.
+    // A launch over many sequences (decode of a batch) finds sequence z's table at pages + z * pages_stride.
+    const int* pages = nullptr;
+    int page_shift = 0, pages_stride = 0;
 };
+
+// The cache row of a sequence's position p: p itself, or through its block table.
+__host__ __device__ __forceinline__ int kv_page_row(const int* pages, int shift, int p) {
+    return pages ? (pages[p >> shift] << shift) | (p & ((1 << shift) - 1)) : p;
+}
+__host__ __device__ __forceinline__ int kv_page_row(const KvLayer& kv, int p) { return kv_page_row(kv.pages, kv.page_shift, p); }
 
 struct KvCache {
     KvType type = KvType::BF16;

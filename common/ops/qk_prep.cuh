@@ -14,6 +14,7 @@
 //                      of fresh_rows rows per head), rows 0..T-1: the chunk's keys as computed, before the
 //                      cache rounds them to bf16 or e4m3 (the engine's first prefill chunk attends to these)
 //   ..., fresh, fresh_rows, kv_budget)   with KV eviction (h2o.cuh) the rows are kv_row(pos) .. + T - 1, not pos ..
+//   a paged kv (kv.pages: the batched core's) writes each position's row through the sequence's block table
 #pragma once
 
 #include "gpu/pdl.cuh"
@@ -53,7 +54,7 @@ __global__ void qk_norm_rope_cache_kernel(const float* __restrict__ qkv, const i
         return;
     }
     const int kvh = is_v ? h - nh - nkv : h - nh;
-    kv_put_8<KV, LPK>(is_v ? kv.v : kv.k, is_v ? kv.v_scale : kv.k_scale, (size_t)kvh * ctx + row, dl, packed, scale);
+    kv_put_8<KV, LPK>(is_v ? kv.v : kv.k, is_v ? kv.v_scale : kv.k_scale, (size_t)kvh * ctx + kv_page_row(kv, row), dl, packed, scale);
     if (fresh.k) kv_put_8<KvType::F16, LPK>(is_v ? fresh.v : fresh.k, nullptr, (size_t)kvh * fresh_rows + t, dl, float8_to_half8_sat(x), 1.f);
 }
 
@@ -73,7 +74,7 @@ inline void qk_norm_rope_cache(const float* qkv, int T, const int* d_pos, const 
                                int kv_budget = 0) {
     if (hd != 64 && hd != 128) die("qk_norm_rope_cache: head_dim %d is not supported (64, 128)", hd);
     if (kv_type == KvType::F16) die("qk_norm_rope_cache: the cache is bf16 or FP8 (fp16 is only the copy beside it)");
-    if (rope.cos_sin && (rope.half != hd / 2 || rope.max_pos < ctx)) die("qk_norm_rope_cache: rope table does not match head_dim/context");
+    if (rope.cos_sin && (rope.half != hd / 2 || (!kv.pages && rope.max_pos < ctx))) die("qk_norm_rope_cache: rope table does not match head_dim/context");
     if (fresh.k && T > fresh_rows) die("qk_norm_rope_cache: %d tokens do not fit the %d rows of the fp16 copy", T, fresh_rows);
     if (T <= 0) return;
     if (hd == 64)

@@ -18,6 +18,8 @@
 // then draw from the survivors, renormalised. The draw uses a counter-based RNG: splitmix64 of
 // (seed, step), so a seed reproduces a run exactly and no RNG state lives on the host.
 // Cost: a full radix sort of the vocabulary (cub) per sampled token, ~tens of microseconds at 152k.
+// Many sequences (BatchSampler): each its own seen tokens and RNG counter; greedy rows in one launch (argmax_rows),
+// the others through sample() one row at a time (batch_sampler_row).
 #pragma once
 
 #include <cub/cub.cuh>
@@ -258,6 +260,96 @@ inline void sample(Sampler& s, const SamplingParams& p, const float* logits, cud
     sample_pick_kernel<<<1, kPickThreads, 0, stream>>>(s.sorted, s.sorted_ids, s.cum, s.vocab, p.top_k, p.top_p, p.min_p,
                                                        p.seed, s.d_step, s.d_token, s.seen, s.d_kept);
     LAUNCH_CHECK();
+}
+
+// ---- many sequences (the batched core) ----
+
+// Each sequence's own sampling state (its seen tokens and RNG counter), one row per slot, and the tokens of a pass.
+// The sort scratch of a Sampler is shared: rows that sample (or penalise repetition) run sample() one after another
+// with that sequence's state; greedy rows without a penalty all take one launch (argmax_rows).
+struct BatchSampler {
+    Sampler scratch;                   // the buffers sample() sorts in; its seen / step / token are redirected per row
+    int vocab = 0, slots = 0, rows = 0;
+    unsigned char* seen = nullptr;     // [slots][vocab]
+    unsigned long long* steps = nullptr;  // [slots] draws made so far
+    int* tokens = nullptr;             // [rows] the pass's sampled tokens
+    int* kept = nullptr;               // [rows]
+    float* gaps = nullptr;             // [rows] greedy rows: top-1 minus top-2 logit (how near a tie the choice was), right
+                                       // after tokens
+};
+
+inline BatchSampler batch_sampler_create(int vocab, int slots, int rows, GpuMemory& mem, cudaStream_t stream) {
+    BatchSampler b;
+    b.scratch = sampler_create(vocab, mem, stream);
+    b.vocab = vocab, b.slots = slots, b.rows = rows;
+    b.seen = mem.alloc<unsigned char>((size_t)slots * vocab, "workspace");
+    b.steps = mem.alloc<unsigned long long>(slots, "workspace");
+    b.tokens = mem.alloc<int>(2 * (size_t)rows, "workspace");  // tokens, then gaps: one copy brings both back
+    b.gaps = reinterpret_cast<float*>(b.tokens + rows);
+    b.kept = mem.alloc<int>(rows, "workspace");
+    return b;
+}
+
+// The Sampler that sample() takes for a sequence in `slot` whose token goes to row `row`.
+inline Sampler batch_sampler_row(const BatchSampler& b, int slot, int row) {
+    if (slot < 0 || slot >= b.slots || row < 0 || row >= b.rows) die("sampler: slot %d, row %d of %d, %d", slot, row, b.slots, b.rows);
+    Sampler s = b.scratch;
+    s.seen = b.seen + (size_t)slot * b.vocab, s.d_step = b.steps + slot, s.d_token = b.tokens + row, s.d_kept = b.kept + row;
+    return s;
+}
+
+// A sequence starts in `slot`: its seen tokens are ids[0, n) (device; the repetition penalty's), and `draws` draws
+// are behind it (a sequence restarted after preemption goes on with its RNG where it was).
+static __global__ void batch_sampler_start_kernel(unsigned char* seen, unsigned long long* step, const int* ids, int n, int vocab,
+                                                  unsigned long long draws) {
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) seen[i] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        if (ids[i] >= 0 && ids[i] < vocab) seen[ids[i]] = 1;
+    if (threadIdx.x == 0) *step = draws;
+}
+inline void batch_sampler_start(BatchSampler& b, int slot, const int* d_ids, int n, long draws, cudaStream_t stream) {
+    Sampler s = batch_sampler_row(b, slot, 0);
+    batch_sampler_start_kernel<<<1, 1024, 0, stream>>>(s.seen, s.d_step, d_ids, n, b.vocab, (unsigned long long)draws);
+    LAUNCH_CHECK();
+}
+
+// Greedy tokens of rows [0, n) of logits [n][vocab]: a block per row, lowest index on ties (as sample()), and the
+// gap to the runner-up's logit (0 on an exact tie).
+static __global__ void __launch_bounds__(1024)
+    argmax_rows_kernel(const float* __restrict__ logits, int vocab, int* __restrict__ tokens, float* __restrict__ gaps) {
+    pdl_launch_dependents();
+    pdl_wait();
+    const float* x = logits + (size_t)blockIdx.x * vocab;
+    float v = -INFINITY, second = -INFINITY;
+    int idx = 0x7fffffff;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        float xi = x[i];
+        second = fmaxf(second, fminf(v, xi));
+        argmax_merge(v, idx, xi, i);
+    }
+    // The runner-up over the block: every thread's second best, and the best of each thread but the winner's.
+    float best = v;
+    int best_idx = idx;
+    block_argmax(best, best_idx);  // (thread 0 of warp 0 ends with the row's)
+    __shared__ int winner;
+    if (threadIdx.x == 0) winner = best_idx;
+    __syncthreads();
+    float cand = idx == winner ? second : v;
+    for (int o = 16; o > 0; o >>= 1) cand = fmaxf(cand, __shfl_xor_sync(0xffffffffu, cand, o));
+    __shared__ float warp_cand[32];
+    if ((threadIdx.x & 31) == 0) warp_cand[threadIdx.x >> 5] = cand;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float r = -INFINITY;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) r = fmaxf(r, warp_cand[w]);
+        tokens[blockIdx.x] = winner;
+        gaps[blockIdx.x] = x[winner] - r;  // (+inf for a vocabulary of one)
+    }
+}
+inline void argmax_rows(BatchSampler& b, const float* logits, int n, cudaStream_t stream) {
+    if (n < 1 || n > b.rows) die("sampler: %d rows, %d planned", n, b.rows);
+    launch(argmax_rows_kernel, n, 1024, 0, stream, logits, b.vocab, b.tokens, b.gaps);
 }
 
 }  // namespace monocu

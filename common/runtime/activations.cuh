@@ -18,7 +18,7 @@ struct DecoderActivations {
     bf16* att;      // [T][q_dim]             attention output
     bf16* h;        // [T][ffn]               silu(gate) * up
     bf16* xn;       // [T][dim]               the final norm's output
-    float* logits;  // [T][vocab]             (T rows only when dumping every position; else 1)
+    float* logits;  // [T][vocab]             (T rows only when dumping every position; else Runtime::max_out)
 };
 
 inline DecoderActivations decoder_activations(Runtime& rt, int dim, int q_dim, int kv_dim, int ffn, int vocab) {
@@ -28,10 +28,12 @@ inline DecoderActivations decoder_activations(Runtime& rt, int dim, int q_dim, i
     return s;
 }
 
-// logits = lm_head(rmsnorm(x)) for the batch's last n_out rows (the final_norm and logits taps with them).
+// logits = lm_head(rmsnorm(x)) for the batch's last n_out rows, or the rows b.out_rows lists (the final_norm and logits
+// taps with them).
 inline const float* decoder_logits(Runtime& rt, DecoderActivations& s, const Batch& b, const bf16* final_norm, const Linear& lm_head, int dim,
                                    int vocab, float eps, cudaStream_t st) {
-    rmsnorm(s.x + (size_t)(b.n_tokens - b.n_out) * dim, final_norm, s.xn, b.n_out, dim, eps, st);
+    if (b.out_rows) rmsnorm_rows(s.x, b.out_rows, final_norm, s.xn, b.n_out, dim, eps, st);  // the batched core's rows
+    else rmsnorm(s.x + (size_t)(b.n_tokens - b.n_out) * dim, final_norm, s.xn, b.n_out, dim, eps, st);
     rt.taps.bf16("final_norm", s.xn, b.n_out, dim, st);
     linear(lm_head, s.xn, s.logits, b.n_out, rt.lin, st);
     rt.taps.f32("logits", s.logits, b.n_out, vocab, st);

@@ -20,7 +20,11 @@
 //     fp16 keeps 3 more bits than a bf16 cache (attention.cuh says why that matters). Later chunks need earlier
 //     positions, which only the cache holds; so does prefill_via_cache (--kv-prefill-cache), with which
 //     oracle/quant_eval.py measures what the FP8 cache's rounding costs;
-//   - several sequences in one pass (the batched core): refused until that issue lands;
+//   - several sequences in one pass (the batched core, b.tables set): the cache is a pool of blocks and each
+//     sequence finds its positions through its block table (kv_cache.cuh's pages). The pass's first n_decode rows
+//     are one decode token each, of as many sequences: one Flash-Decoding launch takes them all (grid z =
+//     sequence). Each prefill chunk after them runs the prefill path above on its rows, through its own table
+//     (a chunk at position 0 again reading its own fp16 keys), a few launches per chunk;
 //   - with KV eviction on, after either: the pass's attention added to each row's sum, and the rows past the
 //     budget evicted (h2o.cuh). Positions then outrun cache rows: kv_row (attn_params.cuh) maps one to the other.
 #pragma once
@@ -49,8 +53,18 @@ struct AttnLayer {
     AttnParams params;               // sliding window (and, later, sinks and softcap)
 };
 
+// The batched core's cache: a pool of `blocks` blocks of block_size positions, shared by up to max_seqs sequences
+// of up to seq_ctx positions each (host/kv_blocks.h hands the blocks out).
+struct KvPaging {
+    int blocks = 0;        // 0: not paged (one sequence per slot, position = row)
+    int block_size = 16;   // a power of two
+    int max_seqs = 1;
+    int seq_ctx = 0;
+};
+
 struct Attention {
     AttnSpec spec;
+    int page_shift = -1;  // paged (KvPaging): log2 of the block size; -1: not paged
     KvCache kv;         // [layers][slots][n_kv][rows][head_dim], bf16 or FP8 (kv_cache.cuh); rows = ctx without eviction
     H2o h2o;            // KV eviction, when on
     FlashDecode fd;     // decode's split plan and partial results
@@ -60,14 +74,23 @@ struct Attention {
 };
 
 // A budget that reaches the context evicts nothing and is dropped: the cache then holds every position, as without one.
+// With paging (pg.blocks > 0) the cache holds pg.blocks * pg.block_size rows per layer and head, in one slot.
 inline Attention attention_create(const AttnSpec& spec, KvType kv_type, int ctx, int slots, int max_tokens, bool prefill_via_cache,
-                                  GpuMemory& mem, const KvEviction& ev = {}) {
+                                  GpuMemory& mem, const KvEviction& ev = {}, const KvPaging& pg = {}) {
     Attention a;
     a.spec = spec;
     const bool evict = ev.budget > 0 && ev.budget + 1 < ctx;
-    const int rows = evict ? std::min(ctx, ev.budget + max_tokens) : ctx;
+    int rows = evict ? std::min(ctx, ev.budget + max_tokens) : ctx;
+    if (pg.blocks > 0) {
+        if (evict) die("KV eviction (--kv-budget) and the batched core's paged cache do not go together");
+        if (pg.block_size < 1 || (pg.block_size & (pg.block_size - 1))) die("kv blocks of %d positions: a power of two is needed", pg.block_size);
+        if ((long)pg.blocks * pg.block_size > INT32_MAX / 2) die("a KV pool of %d blocks of %d is too large", pg.blocks, pg.block_size);
+        rows = pg.blocks * pg.block_size, slots = 1;
+        for (a.page_shift = 0; (1 << a.page_shift) < pg.block_size; a.page_shift++) {}
+    }
     a.kv = kv_cache_create(kv_type, spec.layers, spec.n_kv, rows, spec.head_dim, mem, slots);
-    a.fd = flash_decode_plan(spec.n_heads, spec.n_kv, spec.head_dim, rows, mem);
+    a.fd = pg.blocks > 0 ? flash_decode_plan(spec.n_heads, spec.n_kv, spec.head_dim, rows, mem, pg.max_seqs, pg.seq_ctx)
+                         : flash_decode_plan(spec.n_heads, spec.n_kv, spec.head_dim, rows, mem);
     if (evict) a.h2o = h2o_create(ev, spec.layers, slots, spec.n_heads, spec.n_kv, rows, max_tokens, mem);
     a.q = mem.alloc<__half>((size_t)max_tokens * spec.n_heads * spec.head_dim, "activations");
     if (!prefill_via_cache) {
@@ -87,10 +110,14 @@ inline std::string kv_eviction_note(const Attention& a) {
 
 // out = attention of the batch's queries over its sequence's cached positions (and its own), after writing
 // its keys and values to the cache.
+inline void attention_paged(Attention& a, const AttnLayer& L, int layer, const float* qkv, const Batch& b, bf16* out, cudaStream_t st);
+
 inline void attention(Attention& a, const AttnLayer& L, int layer, const float* qkv, const Batch& b, bf16* out, cudaStream_t st) {
     const AttnSpec& s = a.spec;
-    if (b.n_seqs != 1) die("attention: %d sequences in one pass need the batched core (not built yet)", b.n_seqs);
     if (layer < 0 || layer >= s.layers) die("attention: layer %d of %d", layer, s.layers);
+    if (b.tables) return attention_paged(a, L, layer, qkv, b, out, st);
+    if (b.n_seqs != 1) die("attention: %d sequences in one pass need block tables (the batched core)", b.n_seqs);
+    if (a.page_shift >= 0) die("attention: the paged cache needs block tables");
     const KvLayer kv = a.kv.layer(layer, b.slot);
     RopeTable rope;  // a view of the layer's table (no copy of its config), or none
     if (L.rope) rope.cos_sin = L.rope->cos_sin, rope.max_pos = L.rope->max_pos, rope.half = L.rope->half;
@@ -129,6 +156,52 @@ inline void attention(Attention& a, const AttnLayer& L, int layer, const float* 
         OpScope op("kv eviction", st);
         h2o_after_prefill(a.h2o, layer, b.slot, a.q, own ? KvType::F16 : a.kv.type, own ? a.fresh : kv, own ? a.fresh_rows : a.kv.ctx,
                           a.kv.type, kv, s.head_dim, a.kv.ctx, b.pos, b.pos0, T, st);
+    }
+}
+
+}  // namespace monocu
+
+namespace monocu {
+
+// The batched core's pass: decode tokens of b.n_decode sequences in one launch, then each prefill chunk on its own.
+inline void attention_paged(Attention& a, const AttnLayer& L, int layer, const float* qkv, const Batch& b, bf16* out, cudaStream_t st) {
+    const AttnSpec& s = a.spec;
+    if (a.page_shift < 0) die("attention: block tables given, but the cache is not paged");
+    if (!b.seqs || b.n_decode < 0 || b.n_decode > b.n_seqs) die("attention: a batched pass without its sequences");
+    KvLayer kv = a.kv.layer(layer, 0);
+    kv.page_shift = a.page_shift, kv.pages_stride = b.table_stride;
+    RopeTable rope;
+    if (L.rope) rope.cos_sin = L.rope->cos_sin, rope.max_pos = L.rope->max_pos, rope.half = L.rope->half;
+    const AttnParams& ap = L.params;
+    const size_t q_w = (size_t)s.n_heads * s.head_dim, qkv_w = q_w + 2 * (size_t)s.n_kv * s.head_dim;
+    if (b.n_decode > 0) {
+        OpScope op("attention", st);
+        kv.pages = b.tables;
+        flash_decode_fused(a.fd, DecodeQkv{qkv, L.q_norm, L.k_norm, rope.cos_sin, s.eps}, a.kv.type, kv, b.pos, out, st, ap, b.n_decode);
+    }
+    for (int i = b.n_decode; i < b.n_seqs; i++) {
+        const BatchSeq& q = b.seqs[i];
+        const int T = q.n;
+        kv.pages = b.tables + (size_t)i * b.table_stride;
+        const bool own = a.fresh.k && q.pos0 == 0;  // as a single sequence's first chunk: its own fp16 keys
+        if (own && q.row0 + T > a.fresh_rows) die("attention: rows %d..%d pass the %d planned", q.row0, q.row0 + T - 1, a.fresh_rows);
+        KvLayer fresh;  // rows row0 .. of the fp16 copy (its head stride stays fresh_rows)
+        if (own) {
+            fresh.k = static_cast<__half*>(a.fresh.k) + (size_t)q.row0 * s.head_dim;
+            fresh.v = static_cast<__half*>(a.fresh.v) + (size_t)q.row0 * s.head_dim;
+        }
+        RopeTable r = rope;
+        if (L.rope) r.cos_sin = rope_rows_for(*L.rope, q.pos0, T, st);
+        __half* qh = a.q + (size_t)q.row0 * q_w;
+        {
+            OpScope op("q/k norm + rope + cache", st);
+            qk_norm_rope_cache(qkv + (size_t)q.row0 * qkv_w, T, b.pos + q.row0, L.q_norm, L.k_norm, r, qh, a.kv.type, kv, s.n_heads, s.n_kv,
+                               s.head_dim, a.kv.ctx, s.eps, st, fresh, a.fresh_rows);
+        }
+        double keys = kv_row(ap, q.pos0) + (T + 1) / 2.0;
+        OpScope op("attention", st, 4.0 * T * keys * s.n_heads * s.head_dim);
+        prefill_attention(qh, own ? KvType::F16 : a.kv.type, own ? fresh : kv, b.pos + q.row0, out + (size_t)q.row0 * q_w, T, s.n_heads,
+                          s.n_kv, s.head_dim, own ? a.fresh_rows : a.kv.ctx, ap, st);
     }
 }
 

@@ -9,12 +9,20 @@
 // the cache (KvCache::layer(l, slot)). The kinds of batch:
 //   - a prefill chunk of one sequence: T tokens at consecutive positions pos0 .. pos0 + T - 1;
 //   - a decode step of one sequence: T = 1, its position only on the device (pos0 = -1);
-//   - decode steps and prefill chunks of many sequences in one pass: the batched core's, with a slot and a
-//     range of rows per sequence. The fields for it are not here yet: the kit's attention refuses
-//     n_seqs > 1 until that issue lands, and engines need no change then (they pass the batch through).
+//   - the batched core's pass (runtime/batched.cuh): decode steps and prefill chunks of many sequences, over the
+//     paged cache. Rows 0 .. n_decode - 1 are one decode token each (sequences 0 .. n_decode - 1), then each
+//     other sequence's chunk; every sequence reads and writes its positions through its block table, and the
+//     logits wanted are those of the rows out_rows lists. Engines pass the batch through: attention and the
+//     final logits (the kit's) are what read these fields.
 #pragma once
 
 namespace monocu {
+
+// One sequence's rows in a batched pass (host).
+struct BatchSeq {
+    int row0 = 0, n = 0;  // its tokens are rows row0 .. row0 + n - 1 of the pass
+    int pos0 = 0;         // the position of the first
+};
 
 struct Batch {
     int n_tokens = 0;          // rows of this pass
@@ -24,6 +32,12 @@ struct Batch {
     int slot = 0;              // the sequence's KV-cache slot
     int pos0 = -1;             // position of the first token when the host knows it (prefill), else -1
     int n_out = 1;             // logits wanted for the last n_out tokens (all of them when dumping taps)
+    // The batched core's pass (tables set):
+    const BatchSeq* seqs = nullptr;   // host [n_seqs]: the first n_decode are decode steps, rows 0 .. n_decode - 1
+    int n_decode = 0;
+    const int* tables = nullptr;      // device [n_seqs][table_stride] block ids (sequence i's at tables + i table_stride)
+    int table_stride = 0;
+    const int* out_rows = nullptr;    // device [n_out] rows whose logits are wanted, in order (null: the last n_out)
 };
 
 }  // namespace monocu

@@ -58,6 +58,23 @@ struct DecodeGraph {
         exec = nullptr, warmed = false;
     }
     ~DecodeGraph() { clear(); }
+    // The step: eager the first time, captured the second (the same kernels, replayed with one launch after that).
+    template <class Step>
+    void run(cudaStream_t s, Step&& eager) {
+        if (!warmed) {
+            warmed = true;
+            return eager();
+        }
+        if (!exec) {
+            cudaGraph_t g;
+            CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            eager();
+            CUDA_CHECK(cudaStreamEndCapture(s, &g));
+            CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+            CUDA_CHECK(cudaGraphDestroy(g));
+        }
+        CUDA_CHECK(cudaGraphLaunch(exec, s));
+    }
 };
 
 // Decode with one step queued ahead: step k+1 is launched before token k is read back, so the GPU does not
@@ -146,19 +163,8 @@ public:
         LAUNCH_CHECK();
     }
     void decode_step() {
-        if (!use_graph_ || !graph_.warmed) {
-            graph_.warmed = true;
-            return decode_step_eager();
-        }
-        if (!graph_.exec) {  // capture on first use: the same kernels, replayed with one launch per token
-            cudaGraph_t g;
-            CUDA_CHECK(cudaStreamBeginCapture(rt_.stream, cudaStreamCaptureModeThreadLocal));
-            decode_step_eager();
-            CUDA_CHECK(cudaStreamEndCapture(rt_.stream, &g));
-            CUDA_CHECK(cudaGraphInstantiate(&graph_.exec, g, 0));
-            CUDA_CHECK(cudaGraphDestroy(g));
-        }
-        CUDA_CHECK(cudaGraphLaunch(graph_.exec, rt_.stream));
+        if (!use_graph_) return decode_step_eager();
+        graph_.run(rt_.stream, [&] { decode_step_eager(); });
     }
 
     int read_token() {

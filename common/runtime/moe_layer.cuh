@@ -165,6 +165,7 @@ inline MoeFfn load_moe_fused(const Checkpoint& ck, Runtime& rt, int layer, const
 // the moe_layers layers. `any` is one loaded mixture layer, or null before loading (then only the products count).
 inline void moe_model_info(ModelInfo& i, int moe_layers, const MoeDims& d, int dim, const MoeFfn* any) {
     if (moe_layers <= 0) return;
+    i.batch_graphs = false;  // a pass of several tokens brings the routing back to the host (moe_layer)
     if (any) i.unread_bytes += (size_t)moe_layers * (d.n_experts - d.k) * any->experts.expert_bytes();
     i.extra_matmul_params = (double)moe_layers * d.k * 3.0 * d.ffn * dim;
     i.summary += strf("; %d mixture layers of %d experts (ffn %d), top %d", moe_layers, d.n_experts, d.ffn, d.k);

@@ -71,7 +71,7 @@ inline std::vector<int> chat_prompt_ids(const Options& o, const std::vector<Chat
 // The prompt as token ids: --ids as given; text through the checkpoint's chat template unless --raw or it has none.
 inline std::vector<int> prompt_ids(const Options& o, const std::string& text, int vocab, const Tokenizer* tok, const ChatTemplate& ct) {
     if (!o.ids_file.empty()) return read_ids_file(o.ids_file, vocab);
-    if (!tok) die("%s: no tokenizer.json; give the prompt as token ids with --ids", o.model.c_str());
+    if (!tok) die("%s: no tokenizer.json; give the prompt as token ids (--ids, or \"prompt_ids\" in a batch file)", o.model.c_str());
     check_prompt_utf8(text, o.prompt_file.empty() ? "the prompt" : o.prompt_file.c_str());
     if (!o.raw && !ct.empty()) {
         std::vector<ChatMessage> msgs;

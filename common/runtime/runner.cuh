@@ -15,6 +15,7 @@
 #include "load/host_upload.cuh"
 #include "load/load_linear.cuh"
 #include "runtime/batch_file.cuh"
+#include "runtime/batched.cuh"
 #include "runtime/bench.cuh"
 #include "runtime/chat_loop.cuh"
 #include "runtime/generate.cuh"
@@ -43,6 +44,7 @@ inline int context_size(const Options& o, const ModelInfo& info) {
     int ctx = o.ctx_size > 0 ? o.ctx_size : std::min(4096, info.max_position);
     if (o.bench) {
         int need = *std::max_element(o.n_prompt.begin(), o.n_prompt.end()) + (o.n_predict > 0 ? o.n_predict : 128);
+        if (o.parallel) need = std::max(need, o.n_prompt[0] + 65);  // bench_parallel's prefix-cache prompt: n-prompt + 64
         ctx = std::max(ctx, need);
     }
     if (ctx > info.max_position)
@@ -95,6 +97,26 @@ int generate_once(Runtime& rt, Generator<M>& g, const Tokenizer* tok, const Chat
     return 0;
 }
 
+// The batched core's KV pool: --kv-blocks, or enough for every sequence's whole context, as far as the memory left
+// after the weights and activations allows (keeping 1 GiB and 3% of the card for cuBLAS, graphs and the attention
+// scratch still to come).
+inline int kv_pool_blocks(const AttnSpec& spec, KvType type, const Runtime& rt, const Options& o) {
+    const size_t per_block = (size_t)spec.layers * spec.n_kv * 2 * (spec.head_dim * (type == KvType::FP8 ? 1 : 2) + (type == KvType::FP8 ? 4 : 0)) *
+                             kKvBlockSize;
+    const long want = (long)o.parallel * CEIL_DIV(rt.ctx, kKvBlockSize) + 1;
+    if (o.kv_blocks) return o.kv_blocks;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    size_t keep = (1ull << 30) + total_b / 33;
+    long fit = free_b > keep ? (long)((free_b - keep) / per_block) : 0;
+    long blocks = std::min(want, fit);
+    if (blocks < 2) die("--parallel: no GPU memory is left for the KV cache (%.2f GB free)", free_b / 1e9);
+    if (blocks < want)
+        std::fprintf(stderr, "warning: the KV pool holds %ld of the %ld blocks that %d sequences of %d tokens could use; sequences wait "
+                             "or are preempted when it runs out\n", blocks, want, o.parallel, rt.ctx);
+    return (int)std::min<long>(blocks, INT32_MAX / 2 / kKvBlockSize);
+}
+
 template <class M>
 int engine_main(int argc, char** argv) {
     return run_main([&]() -> int {
@@ -109,8 +131,9 @@ int engine_main(int argc, char** argv) {
         M m(o.model);
         ModelInfo info = m.info();
         GenerationConfig gen = load_generation_config(o.model);
-        std::unique_ptr<Tokenizer> tok;  // optional with --ids (tiny test models ship none)
-        if (!o.bench && (o.ids_file.empty() || path_exists(o.model + "/tokenizer.json")))
+        std::unique_ptr<Tokenizer> tok;  // optional with --ids and -i (tiny test models ship none)
+        const bool ids_only = !o.ids_file.empty() || !o.in_file.empty();  // --ids, or a batch file's "prompt_ids" lines
+        if (!o.bench && (!ids_only || path_exists(o.model + "/tokenizer.json")))
             tok = std::make_unique<Tokenizer>(Tokenizer::load(o.model));
         ChatTemplate ct;  // the checkpoint's own (tokenizer/chat_template.h): parsed now, so a broken one is said now
         if (tok) ct = ChatTemplate::load(o.model);
@@ -140,8 +163,29 @@ int engine_main(int argc, char** argv) {
         if (std::vector<std::string> unused = ck.unused(); !unused.empty())  // what the engine did not bind
             std::fprintf(stderr, "warning: %s: %zu tensors are not used by %s, e.g. '%s'\n", o.model.c_str(), unused.size(), M::kName,
                          unused[0].c_str());
-        rt.attn = attention_create(m.attn_spec(), o.kv_type == "fp8" ? KvType::FP8 : KvType::BF16, rt.ctx, rt.slots, rt.max_tokens,
-                                   o.kv_prefill_cache, rt.mem, KvEviction{o.kv_budget, o.kv_window});
+        const KvType kv_type = o.kv_type == "fp8" ? KvType::FP8 : KvType::BF16;
+        if (o.parallel) {  // the batched core (batched.cuh): activations first, then a KV pool from what memory is left
+            if (!info.rewindable) die("%s: --parallel is not supported for %s yet (its layers keep a running state per sequence)", o.model.c_str(), M::kName);
+            rt.max_tokens = std::max(o.batch_tokens, o.parallel), rt.max_out = o.parallel;
+            linears_alloc(rt.lin, rt.max_tokens, true, rt.mem);
+            m.alloc(rt);
+            int blocks = kv_pool_blocks(m.attn_spec(), kv_type, rt, o);
+            rt.attn = attention_create(m.attn_spec(), kv_type, rt.ctx, 1, rt.max_tokens, o.kv_prefill_cache, rt.mem, {},
+                                       KvPaging{blocks, kKvBlockSize, o.parallel, rt.ctx});
+            CUDA_CHECK(cudaStreamSynchronize(rt.stream));
+            upload_release();
+            info = m.info();
+            model_stats(info, rt);
+            std::fprintf(stderr, "%s: %s; ctx %d per sequence, %d at once; weights %s, kv %s in %d blocks of %d (%.2f GB); GPU memory: %s\n",
+                         M::kName, info.summary.c_str(), rt.ctx, o.parallel, wformat_name(rt.fmt), o.kv_type.c_str(), blocks, kKvBlockSize,
+                         rt.mem.bytes("kv cache") / 1e9, rt.mem.report().c_str());
+            BatchedRunner<M> br(m, rt, blocks, o.batch_tokens, o.parallel, o.cuda_graphs);
+            if (o.bench) return bench_parallel(m, rt, br, o);
+            SamplingParams sp = sampling_params(o, gen);
+            return batch_file_parallel(br, tok.get(), ct, o, info.vocab, end_of_generation_ids(info, gen, tok.get()), sp);
+        }
+        rt.attn = attention_create(m.attn_spec(), kv_type, rt.ctx, rt.slots, rt.max_tokens, o.kv_prefill_cache, rt.mem,
+                                   KvEviction{o.kv_budget, o.kv_window});
         linears_alloc(rt.lin, rt.max_tokens, !o.dump_dir.empty(), rt.mem);
         m.alloc(rt);
         Generator<M> g(m, rt, o.cuda_graphs, o.ubatch);

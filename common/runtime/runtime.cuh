@@ -38,6 +38,8 @@ struct ModelInfo {
     bool rewindable = true;          // a sequence's state is its KV rows alone, so a cached prefix can be cut short
                                      // anywhere; false when it also holds a running state (LFM2's conv layers), which
                                      // only moves forward: a new prompt then reuses the cache only if it extends it
+    bool batch_graphs = true;        // a batched decode step (several tokens) may be captured as a CUDA graph: false
+                                     // when such a pass waits on the host (a mixture's routing)
     // Filled by the runner after load (model_stats):
     size_t decode_bytes = 0;         // bytes one decode step reads besides the KV cache: every weight but unread_bytes
     double matmul_params = 0;        // weights a prefill token multiplies with: the planned projections but the head
@@ -61,6 +63,7 @@ struct Runtime {
     int ctx = 0;                  // KV-cache length in tokens, per sequence
     int max_tokens = 0;           // rows of the largest forward pass (a prefill chunk)
     int slots = 1;                // sequences the KV cache (and any per-sequence state) holds: Batch::slot < slots
+    int max_out = 1;              // logit rows one pass may want (the batched core's: a row per sequence)
     Linears lin;                  // the projections' plan and prefill scratch (ops/linear.cuh)
     Attention attn;               // KV cache and attention scratch (attention_layer.cuh)
     Taps taps;                    // --dump-dir
@@ -70,8 +73,8 @@ struct Runtime {
     // An activation buffer of max_tokens rows of `cols` (the engines' State).
     template <class T>
     T* rows(size_t cols) { return mem.alloc<T>((size_t)max_tokens * cols, "activations"); }
-    // The logits: one row, or max_tokens rows when dumping every position's.
-    float* logit_rows(size_t vocab) { return mem.alloc<float>((taps.dir.empty() ? 1 : (size_t)max_tokens) * vocab, "activations"); }
+    // The logits: max_out rows (one, but for the batched core), or max_tokens rows when dumping every position's.
+    float* logit_rows(size_t vocab) { return mem.alloc<float>((taps.dir.empty() ? (size_t)max_out : (size_t)max_tokens) * vocab, "activations"); }
     ~Runtime() {
         if (stream) cudaStreamDestroy(stream);
     }
