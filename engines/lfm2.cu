@@ -22,7 +22,7 @@
 #include "load/load_linear.cuh"
 #include "ops/embed.cuh"
 #include "ops/rope.cuh"
-#include "ops/short_conv.cuh"
+#include "runtime/conv_layer.cuh"
 #include "runtime/activations.cuh"
 #include "runtime/moe_layer.cuh"
 #include "runtime/runner.cuh"
@@ -242,7 +242,8 @@ struct Lfm2 {
                 // y = C * conv(B * v), the conv reading this sequence's last conv_L - 1 values of B * v
                 {
                     OpScope op("short conv", st);
-                    short_conv(s.bcx, T, b.pos, L.conv_w, L.conv_b, conv_state(b.slot, c.index[l]), s.y, c.dim, c.conv_L, st);
+                    short_conv_layer(s.bcx, b, L.conv_w, L.conv_b, conv_state(0, c.index[l]), conv_state(1, 0) - conv_state(0, 0), s.y, c.dim,
+                                     c.conv_L, st);
                 }
                 // x = x + out_proj(y)
                 linear_add(L.out, s.y, s.x, T, rt.lin, st);

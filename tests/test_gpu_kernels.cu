@@ -149,6 +149,41 @@ TEST_CASE("short_conv: whole, in uneven passes and token by token, as the refere
         }
 }
 
+// The batched core's decode rows (short_conv_rows): S sequences, each its own state slot (in a shuffled order, one
+// slot unused), stepped token by token all in one launch per step: each sequence's outputs are the reference's.
+TEST_CASE("short_conv_rows: many sequences' decode tokens in one launch, each through its own state slot") {
+    Rng r(42);
+    for (int L : {1, 3, 4}) {
+        CAPTURE(L);
+        const int dim = 200, S = 5, T = 9, slots = S + 1;
+        const std::vector<int> slot_of = {3, 0, 5, 1, 4};  // slot 2 holds nobody
+        std::vector<std::vector<float>> bcx(S);
+        auto w = random_bf16_values((size_t)dim * L, r, 0.5f), bias = random_bf16_values(dim, r, 0.5f);
+        for (auto& x : bcx) x = random_floats((size_t)T * 3 * dim, r, 1.5f);
+        const size_t stride = (size_t)std::max(L - 1, 1) * dim;
+        DeviceVec<float> d_states(slots * stride), d_rows((size_t)S * 3 * dim);
+        DeviceVec<bf16> d_w(to_bf16(w)), d_bias(to_bf16(bias)), d_y((size_t)S * dim);
+        DeviceVec<int> d_slots(slot_of), d_pos((size_t)S);
+        d_states.poison();  // position 0 must not read it
+        std::vector<std::vector<float>> got(S, std::vector<float>((size_t)T * dim));
+        for (int t = 0; t < T; t++) {
+            std::vector<float> rows;
+            for (int z = 0; z < S; z++) rows.insert(rows.end(), bcx[z].begin() + (size_t)t * 3 * dim, bcx[z].begin() + (size_t)(t + 1) * 3 * dim);
+            CUDA_CHECK(cudaMemcpy(d_rows.p, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+            std::vector<int> pos(S, t);
+            CUDA_CHECK(cudaMemcpy(d_pos.p, pos.data(), S * 4, cudaMemcpyHostToDevice));
+            d_y.poison();
+            short_conv_rows(d_rows.p, S, d_pos.p, d_slots.p, d_w.p, d_bias.p, d_states.p, stride, d_y.p, dim, L, 0);
+            std::vector<float> y = from_bf16(d_y.download());
+            for (int z = 0; z < S; z++) std::copy(y.begin() + (size_t)z * dim, y.begin() + (size_t)(z + 1) * dim, got[z].begin() + (size_t)t * dim);
+        }
+        for (int z = 0; z < S; z++) {
+            CAPTURE(z);
+            CHECK_CLOSE(compare(got[z], short_conv_ref(bcx[z], T, w, &bias, dim, L)), 5e-3);
+        }
+    }
+}
+
 // Mixture-of-experts routing against a plain reference: sigmoid with a choice bias (LFM2) and softmax (Qwen3-MoE,
 // Mixtral), with and without renormalisation, k not dividing E, E past one warp's 32, and ties broken toward the
 // lower expert index; then the weighted sum of the experts' outputs into the residual.

@@ -75,6 +75,29 @@ TEST_CASE("kv blocks: a new sequence shares the longest cached prefix, whole blo
     CHECK(m.free_blocks() == 16);
 }
 
+TEST_CASE("kv blocks: with sharing off (a model with a running state) nothing is published or reused") {
+    KvBlockManager m(16, 4);
+    m.share = false;
+    std::vector<int> a = seq_of(12, 0);
+    m.start(1, a);
+    REQUIRE(m.reserve(1, 12));
+    m.commit(1, a.data(), 12);
+    m.finish(1);
+    m.check();
+    m.hits = m.misses = 0;
+    CHECK(m.start(2, a) == 0);  // the same prompt again: computed from its start
+    CHECK(m.hits == 0);
+    REQUIRE(m.reserve(2, 12));
+    m.commit(2, a.data(), 12);
+    std::vector<int> t = m.table(2);
+    m.finish(2);
+    m.check();
+    CHECK(m.free_blocks() == 16);
+    m.share = true;  // and the blocks it left are clean, not cached: a sharing start finds nothing either
+    CHECK(m.start(3, a) == 0);
+    m.finish(3);
+}
+
 TEST_CASE("kv blocks: eviction takes the least recently used cached block; reserve is all or nothing") {
     KvBlockManager m(4, 2);
     std::vector<int> a = seq_of(8, 0);

@@ -39,6 +39,9 @@ public:
     }
 
     int block_size() const { return bs_; }
+    // Off: nothing is shared (a model whose sequences keep a running state besides their KV rows, which a cached
+    // prefix cannot restore): start() reuses no block and commit() publishes none.
+    bool share = true;
     int n_blocks() const { return (int)blocks_.size(); }
     int free_blocks() const { return (int)clean_.size() + (int)lru_.size(); }  // clean or evictable
     long hits = 0, misses = 0;                                                  // prefix-cache lookups, in blocks
@@ -49,7 +52,7 @@ public:
         if (seqs_.count(seq)) die("kv blocks: sequence %d started twice", seq);
         Seq& s = seqs_[seq];
         uint64_t key = kRootKey;
-        int reusable = prompt.empty() ? 0 : (int)(prompt.size() - 1) / bs_;
+        int reusable = prompt.empty() || !share ? 0 : (int)(prompt.size() - 1) / bs_;
         for (int i = 0; i < reusable; i++) {
             const int* t = prompt.data() + (size_t)i * bs_;
             uint64_t k = chain(key, t);
@@ -90,7 +93,7 @@ public:
             const int* t = s.tokens.data() + (size_t)blk * bs_;
             uint64_t k = chain(s.key, t);
             int b = s.table[blk];
-            if (b >= 0 && !by_key_.count(k)) publish(b, k, s.key, t);
+            if (b >= 0 && share && !by_key_.count(k)) publish(b, k, s.key, t);
             s.key = k;
         }
     }

@@ -4,6 +4,8 @@
 //
 // Usage:
 //   short_conv(bcx, T, pos, w, bias, state, y, dim, L, stream);
+//   short_conv_rows(bcx, n, pos, slots, w, bias, states, slot_stride, y, dim, L, stream);   // n sequences' decode
+//     tokens in one launch, each with its own state (states + slots[r] * slot_stride)
 //     bcx    float [T][3 dim]   in_proj's output: B, C and x, in that order along each row
 //     pos    device [T]         the tokens' positions; pos[0] == 0 starts a sequence (the state counts as zeros)
 //     w      bf16 [dim][L]      conv.weight ([dim][1][L] in the checkpoint); tap L - 1 meets the newest input
@@ -59,8 +61,36 @@ static __global__ void short_conv_kernel(const float* __restrict__ bcx, int T, c
 inline void short_conv(const float* bcx, int T, const int* pos, const bf16* w, const bf16* bias, float* state, bf16* y, int dim, int L,
                        cudaStream_t stream) {
     if (L < 1 || L > kShortConvMaxL) die("short_conv: kernel length %d is not supported (1..%d)", L, kShortConvMaxL);
+    if (T <= 0) return;
     dim3 grid((dim + 127) / 128, (T + kShortConvTokens - 1) / kShortConvTokens);
     short_conv_kernel<<<grid, 128, 0, stream>>>(bcx, T, pos, w, bias, state, y, dim, L);
+    LAUNCH_CHECK();
+}
+
+// n one-token steps of as many sequences (the batched core's decode rows): row r is sequence slots[r]'s token at pos[r],
+// its state at states + slots[r] * slot_stride. The same arithmetic as short_conv with T = 1.
+static __global__ void short_conv_rows_kernel(const float* __restrict__ bcx, const int* __restrict__ pos, const int* __restrict__ slots,
+                                              const bf16* __restrict__ w, const bf16* __restrict__ bias, float* __restrict__ states,
+                                              size_t slot_stride, bf16* __restrict__ y, int dim, int L) {
+    const int d = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (d >= dim) return;
+    float* state = states + (size_t)slots[r] * slot_stride;
+    const bool fresh = pos[r] == 0;
+    const float* row = bcx + (size_t)r * 3 * dim;
+    float win[kShortConvMaxL];
+    for (int k = 0; k < L - 1; k++) win[k] = fresh ? 0.f : state[(size_t)k * dim + d];
+    win[L - 1] = row[d] * row[2 * dim + d];  // B * x
+    float acc = bias ? __bfloat162float(bias[d]) : 0.f;
+    for (int k = 0; k < L; k++) acc += __bfloat162float(w[(size_t)d * L + k]) * win[k];
+    y[(size_t)r * dim + d] = __float2bfloat16(row[dim + d] * acc);
+    for (int k = 0; k < L - 1; k++) state[(size_t)k * dim + d] = win[k + 1];
+}
+
+inline void short_conv_rows(const float* bcx, int n, const int* pos, const int* slots, const bf16* w, const bf16* bias, float* states,
+                            size_t slot_stride, bf16* y, int dim, int L, cudaStream_t stream) {
+    if (L < 1 || L > kShortConvMaxL) die("short_conv: kernel length %d is not supported (1..%d)", L, kShortConvMaxL);
+    if (n <= 0) return;
+    short_conv_rows_kernel<<<dim3((dim + 127) / 128, n), 128, 0, stream>>>(bcx, pos, slots, w, bias, states, slot_stride, y, dim, L);
     LAUNCH_CHECK();
 }
 

@@ -32,6 +32,7 @@ inline DecoderActivations decoder_activations(Runtime& rt, int dim, int q_dim, i
 // taps with them).
 inline const float* decoder_logits(Runtime& rt, DecoderActivations& s, const Batch& b, const bf16* final_norm, const Linear& lm_head, int dim,
                                    int vocab, float eps, cudaStream_t st) {
+    if (b.n_out == 0) return s.logits;  // (a batched pass of prompt chunks that all end before their last token)
     if (b.out_rows) rmsnorm_rows(s.x, b.out_rows, final_norm, s.xn, b.n_out, dim, eps, st);  // the batched core's rows
     else rmsnorm(s.x + (size_t)(b.n_tokens - b.n_out) * dim, final_norm, s.xn, b.n_out, dim, eps, st);
     rt.taps.bf16("final_norm", s.xn, b.n_out, dim, st);

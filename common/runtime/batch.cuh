@@ -22,6 +22,7 @@ namespace monocu {
 struct BatchSeq {
     int row0 = 0, n = 0;  // its tokens are rows row0 .. row0 + n - 1 of the pass
     int pos0 = 0;         // the position of the first
+    int slot = 0;         // its slot of any per-sequence state besides the KV cache (LFM2's conv state)
 };
 
 struct Batch {
@@ -38,6 +39,7 @@ struct Batch {
     const int* tables = nullptr;      // device [n_seqs][table_stride] block ids (sequence i's at tables + i table_stride)
     int table_stride = 0;
     const int* out_rows = nullptr;    // device [n_out] rows whose logits are wanted, in order (null: the last n_out)
+    const int* slots = nullptr;       // device [n_seqs] each sequence's BatchSeq::slot (decode rows read theirs here)
 };
 
 }  // namespace monocu

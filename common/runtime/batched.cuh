@@ -73,15 +73,17 @@ public:
         if (max_seqs > rt.max_out) die("internal: %d sequences, logits for %d", max_seqs, rt.max_out);
         vocab_ = m.info().vocab;
         max_blocks_ = CEIL_DIV(rt.ctx, kKvBlockSize);
-        // A pass's inputs in one buffer (one copy per step): ids [rows], positions [rows], logit rows [max_seqs], then
-        // the block tables [max_seqs][max_blocks]; the same layout pinned on the host.
+        if (rt.slots <= max_seqs) die("internal: %d state slots for %d sequences and the padding rows", rt.slots, max_seqs);
+        kv_.share = m.info().rewindable;  // a running state (LFM2's conv) cannot start from a cached prefix
+        // A pass's inputs in one buffer (one copy per step): ids [rows], positions [rows], logit rows [max_seqs], state
+        // slots [max_seqs], then the block tables [max_seqs][max_blocks]; the same layout pinned on the host.
         const int rows = std::max(batch_tokens, max_seqs);
-        in_ints_ = 2 * (size_t)rows + max_seqs + (size_t)max_seqs * max_blocks_;
+        in_ints_ = 2 * (size_t)rows + 2 * (size_t)max_seqs + (size_t)max_seqs * max_blocks_;
         d_ids_ = rt.mem.alloc<int>(in_ints_, "activations");
-        d_pos_ = d_ids_ + rows, d_out_ = d_pos_ + rows, d_tables_ = d_out_ + max_seqs;
+        d_pos_ = d_ids_ + rows, d_out_ = d_pos_ + rows, d_slots_ = d_out_ + max_seqs, d_tables_ = d_slots_ + max_seqs;
         d_start_ = rt.mem.alloc<int>(rt.ctx, "activations");
         CUDA_CHECK(cudaMallocHost(&h_ids_, in_ints_ * sizeof(int)));
-        h_pos_ = h_ids_ + rows, h_out_ = h_pos_ + rows, h_tables_ = h_out_ + max_seqs;
+        h_pos_ = h_ids_ + rows, h_out_ = h_pos_ + rows, h_slots_ = h_out_ + max_seqs, h_tables_ = h_slots_ + max_seqs;
         CUDA_CHECK(cudaMallocHost(&h_tokens_, 2 * max_seqs * sizeof(int)));  // tokens, then gaps (as BatchSampler keeps them)
         sampler_ = batch_sampler_create(vocab_, max_seqs, max_seqs, rt.mem, rt.stream);
         for (int s = max_seqs - 1; s >= 0; s--) free_slots_.push_back(s);
@@ -150,7 +152,8 @@ public:
             const StepItem& it = p.items[order[k]];
             Seq& s = seqs_.at(it.seq);
             if (s.slot < 0) start_slot(it.seq, s, it.from);
-            bseqs[k] = BatchSeq{row, it.n, it.from};
+            bseqs[k] = BatchSeq{row, it.n, it.from, s.slot};
+            h_slots_[k] = s.slot;
             for (int j = 0; j < it.n; j++) h_ids_[row + j] = s.all[it.from + j], h_pos_[row + j] = it.from + j;
             const std::vector<int>& table = kv_.table(it.seq);
             if ((int)table.size() > max_blocks_) die("internal: sequence %d holds %zu blocks, at most %d", it.seq, table.size(), max_blocks_);
@@ -162,7 +165,8 @@ public:
         }
         const int n_live_out = (int)out_items.size();
         for (int k = (int)order.size(); k < n_items; k++) {  // graph padding: decode rows nobody reads
-            bseqs[k] = BatchSeq{row, 1, 0};
+            bseqs[k] = BatchSeq{row, 1, 0, max_seqs_};  // (the state slot past the sequences': scratch)
+            h_slots_[k] = max_seqs_;
             h_ids_[row] = 0, h_pos_[row] = 0;
             std::fill(h_tables_ + (size_t)k * max_blocks_, h_tables_ + (size_t)(k + 1) * max_blocks_, pad_block_);
             h_out_[k] = row++;
@@ -176,7 +180,7 @@ public:
         b.n_tokens = n_rows, b.ids = d_ids_, b.pos = d_pos_, b.n_seqs = n_items, b.pos0 = -1;
         b.seqs = bseqs.data(), b.n_decode = graph ? n_items : n_dec;
         b.tables = d_tables_, b.table_stride = max_blocks_;
-        b.out_rows = d_out_, b.n_out = n_out;
+        b.out_rows = d_out_, b.n_out = n_out, b.slots = d_slots_;
         if (graph) {
             run_graph(b);
             stats_.graph_steps++;
@@ -235,8 +239,8 @@ private:
     int pad_block_;
     int vocab_ = 0, max_blocks_ = 0;
     size_t in_ints_ = 0;
-    int *d_ids_ = nullptr, *d_pos_ = nullptr, *d_tables_ = nullptr, *d_out_ = nullptr, *d_start_ = nullptr;
-    int *h_ids_ = nullptr, *h_pos_ = nullptr, *h_tables_ = nullptr, *h_out_ = nullptr, *h_tokens_ = nullptr;  // pinned
+    int *d_ids_ = nullptr, *d_pos_ = nullptr, *d_tables_ = nullptr, *d_out_ = nullptr, *d_slots_ = nullptr, *d_start_ = nullptr;
+    int *h_ids_ = nullptr, *h_pos_ = nullptr, *h_tables_ = nullptr, *h_out_ = nullptr, *h_slots_ = nullptr, *h_tokens_ = nullptr;  // pinned
     BatchSampler sampler_;
     std::vector<int> free_slots_;
     std::unordered_map<int, Seq> seqs_;
@@ -250,7 +254,7 @@ private:
         return std::min(b, max_seqs_);
     }
 
-    // The sequence's first pass since it (re)started: a sampler slot; its seen tokens (all it has so far: a restarted
+    // The sequence's first pass since it (re)started: a slot (the sampler's row, and any per-sequence state); its seen tokens (all it has so far: a restarted
     // sequence keeps its generated ones) and RNG draws where sampling needs them.
     void start_slot(int id, Seq& s, int from) {
         if (free_slots_.empty()) die("internal: no sampler slot for sequence %d", id);

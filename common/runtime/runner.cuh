@@ -165,8 +165,8 @@ int engine_main(int argc, char** argv) {
                          unused[0].c_str());
         const KvType kv_type = o.kv_type == "fp8" ? KvType::FP8 : KvType::BF16;
         if (o.parallel) {  // the batched core (batched.cuh): activations first, then a KV pool from what memory is left
-            if (!info.rewindable) die("%s: --parallel is not supported for %s yet (its layers keep a running state per sequence)", o.model.c_str(), M::kName);
             rt.max_tokens = std::max(o.batch_tokens, o.parallel), rt.max_out = o.parallel;
+            rt.slots = o.parallel + 1;  // a state slot per sequence (LFM2's conv), and one for the graphs' padding rows
             linears_alloc(rt.lin, rt.max_tokens, true, rt.mem);
             m.alloc(rt);
             int blocks = kv_pool_blocks(m.attn_spec(), kv_type, rt, o);
