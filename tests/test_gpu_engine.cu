@@ -409,7 +409,6 @@ static size_t compare_batched(const std::map<int, nlohmann::json>& ref, const st
 // cut into chunks by a small token budget, prefix-cache hits (half the prompts share their first 40 tokens) and a
 // pool small enough to force preemption, give each prompt its solo tokens up to the first near-tie. LFM2 (a conv state
 // per sequence) takes part too, without prefix-cache hits (its state cannot start from a cached prefix).
-
 TEST_CASE("batched core: every sequence gets its solo tokens, through chunks, prefix hits and preemption") {
     std::vector<std::string> dirs;
     for (const std::string& name : test_models("tests/data/models")) dirs.push_back("tests/data/models/" + name);
@@ -426,7 +425,7 @@ TEST_CASE("batched core: every sequence gets its solo tokens, through chunks, pr
             std::mt19937 rng(7);
             std::vector<int> shared(40);
             for (int& t : shared) t = (int)(rng() % vocab);
-            for (int i = 0; i < 24; i++) {
+            for (int i = 0; i < 64; i++) {
                 std::vector<int> ids;
                 if (i % 2) ids = shared;
                 int n = 1 + (int)(rng() % 90);
@@ -439,8 +438,8 @@ TEST_CASE("batched core: every sequence gets its solo tokens, through chunks, pr
         REQUIRE_MESSAGE(run_command(base + " -o " + (tmp / "serial.jsonl"), &log) == 0, log);
         REQUIRE_MESSAGE(run_command(base + " -np 1 -o " + (tmp / "np1.jsonl"), &log) == 0, log);
         auto serial = batch_results(tmp / "serial.jsonl"), one = batch_results(tmp / "np1.jsonl");
-        REQUIRE(serial.size() == 24);
-        REQUIRE(one.size() == 24);
+        REQUIRE(serial.size() == 64);
+        REQUIRE(one.size() == 64);
         for (const auto& kv : serial) {  // one at a time: the same tokens exactly, where no prefix came from the cache
             const int line = kv.first;
             const nlohmann::json& r = kv.second;
@@ -455,7 +454,7 @@ TEST_CASE("batched core: every sequence gets its solo tokens, through chunks, pr
             std::string expect;  // a line the run must print (stderr)
         };
         const bool mixture = cfg.contains("num_local_experts") || cfg.contains("num_experts");
-        for (Run run : {Run{"-np 24", "passes"}, Run{"-np 8 --batch-tokens 32", "prefix cache"}, Run{"-np 16 --kv-blocks 24", "preemptions"}}) {
+        for (Run run : {Run{"-np 64", "passes"}, Run{"-np 8 --batch-tokens 32", "prefix cache"}, Run{"-np 16 --kv-blocks 24", "preemptions"}}) {
             CAPTURE(run.flags);
             REQUIRE_MESSAGE(run_command(base + " " + run.flags + " -o " + (tmp / "np.jsonl"), &log) == 0, log);
             auto got = batch_results(tmp / "np.jsonl");
