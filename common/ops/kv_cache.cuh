@@ -43,6 +43,11 @@ __host__ __device__ __forceinline__ int kv_page_row(const int* pages, int shift,
 }
 __host__ __device__ __forceinline__ int kv_page_row(const KvLayer& kv, int p) { return kv_page_row(kv.pages, kv.page_shift, p); }
 
+// K + V (+ FP8 scales) of one position over `layers` layers of n_kv heads.
+inline size_t kv_bytes_per_token(KvType type, int layers, int n_kv, int head_dim) {
+    return (size_t)layers * n_kv * 2 * (head_dim * (type == KvType::FP8 ? 1 : 2) + (type == KvType::FP8 ? sizeof(float) : 0));
+}
+
 struct KvCache {
     KvType type = KvType::BF16;
     int layers = 0, slots = 1, n_kv = 0, ctx = 0, head_dim = 0;
@@ -59,9 +64,7 @@ struct KvCache {
         if (type == KvType::FP8) L.k_scale = k_scale + at * n_kv * ctx, L.v_scale = v_scale + at * n_kv * ctx;
         return L;
     }
-    size_t bytes_per_token() const {
-        return (size_t)layers * n_kv * 2 * (head_dim * elem_bytes() + (type == KvType::FP8 ? sizeof(float) : 0));
-    }
+    size_t bytes_per_token() const { return kv_bytes_per_token(type, layers, n_kv, head_dim); }
 };
 
 inline KvCache kv_cache_create(KvType type, int layers, int n_kv, int ctx, int head_dim, GpuMemory& mem, int slots = 1) {

@@ -101,8 +101,7 @@ int generate_once(Runtime& rt, Generator<M>& g, const Tokenizer* tok, const Chat
 // after the weights and activations allows (keeping 1 GiB and 3% of the card for cuBLAS, graphs and the attention
 // scratch still to come).
 inline int kv_pool_blocks(const AttnSpec& spec, KvType type, const Runtime& rt, const Options& o) {
-    const size_t per_block = (size_t)spec.layers * spec.n_kv * 2 * (spec.head_dim * (type == KvType::FP8 ? 1 : 2) + (type == KvType::FP8 ? 4 : 0)) *
-                             kKvBlockSize;
+    const size_t per_block = kv_bytes_per_token(type, spec.layers, spec.n_kv, spec.head_dim) * kKvBlockSize;
     const long want = (long)o.parallel * CEIL_DIV(rt.ctx, kKvBlockSize) + 1;
     if (o.kv_blocks) return o.kv_blocks;
     size_t free_b = 0, total_b = 0;
