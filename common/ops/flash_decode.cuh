@@ -47,11 +47,12 @@ struct FlashDecode {
     int n_heads = 0, n_kv = 0, head_dim = 0, ctx = 0, n_splits = 1;  // ctx: the cache's rows per head (their stride)
     int min_chunk = 64;         // keys: the smallest split (one 16-key tile per warp)
     int max_seqs = 1;           // sequences one launch may take (the batched core's decode)
+    int sms = 1;                // the GPU's SMs (read once, at plan time)
     float* part_o = nullptr;    // [seqs][n_heads][splits][head_dim]
     float2* part_ml = nullptr;  // [seqs][n_heads][splits]: (max in log2 units, sum)
     // Splits per sequence when n sequences share a launch: about 2 blocks per SM over all of them, never more than
     // the plan's (a single sequence gets exactly the plan's, as the batch-1 path does).
-    int splits_for(int n) const { return std::max(1, std::min(n_splits, CEIL_DIV(2 * sm_count(), n_kv * n))); }
+    int splits_for(int n) const { return std::max(1, std::min(n_splits, CEIL_DIV(2 * sms, n_kv * n))); }
 };
 
 // The fused mode's input: this token's raw projections, from which every block makes the queries of its
@@ -543,7 +544,7 @@ inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ct
     if (n_heads % n_kv != 0 || n_heads / n_kv > 8) die("flash_decode: %d heads over %d KV heads (group of 1..8 supported)", n_heads, n_kv);
     const int sms = sm_count();
     FlashDecode fd;
-    fd.n_heads = n_heads, fd.n_kv = n_kv, fd.head_dim = head_dim, fd.ctx = ctx;
+    fd.n_heads = n_heads, fd.n_kv = n_kv, fd.head_dim = head_dim, fd.ctx = ctx, fd.sms = sms;
     // About 2 blocks per SM at full context (their shared memory allows 2); at short context one split per
     // min_chunk keys.
     fd.n_splits = std::max(1, std::min({CEIL_DIV(2 * sms, n_kv), CEIL_DIV(seq_ctx > 0 ? seq_ctx : ctx, fd.min_chunk), kFdMaxSplits}));

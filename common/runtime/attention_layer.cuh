@@ -108,10 +108,60 @@ inline std::string kv_eviction_note(const Attention& a) {
            " cache rows)";
 }
 
+// One prompt chunk of one sequence: rows row0 .. row0 + T - 1 of qkv and out, at positions pos0 .. (d_pos: the rows'
+// positions on the device); its keys and values go to kv (through its table when paged). A chunk at position 0 attends
+// to its own fp16 copy, written beside the cache (`fresh`); returns whether it did.
+inline bool attention_chunk(Attention& a, const AttnLayer& L, const KvLayer& kv, const AttnParams& ap, const float* qkv, const int* d_pos,
+                            int pos0, int T, int row0, bf16* out, cudaStream_t st) {
+    const AttnSpec& s = a.spec;
+    const size_t q_w = (size_t)s.n_heads * s.head_dim, qkv_w = q_w + 2 * (size_t)s.n_kv * s.head_dim;
+    if (row0 + T > a.fresh_rows && a.fresh.k) die("attention: rows %d..%d pass the %d planned", row0, row0 + T - 1, a.fresh_rows);
+    const bool own = a.fresh.k && pos0 == 0;  // the chunk at position 0 reads its own fp16 keys and values
+    KvLayer fresh;                             // its rows of the fp16 copy (whose head stride stays fresh_rows)
+    if (own) {
+        fresh.k = static_cast<__half*>(a.fresh.k) + (size_t)row0 * s.head_dim;
+        fresh.v = static_cast<__half*>(a.fresh.v) + (size_t)row0 * s.head_dim;
+    }
+    RopeTable rope;  // a view of the layer's table (no copy of its config), or none
+    if (L.rope) rope.cos_sin = L.rope->cos_sin, rope.max_pos = L.rope->max_pos, rope.half = L.rope->half;
+    if (L.rope && pos0 >= 0) rope.cos_sin = rope_rows_for(*L.rope, pos0, T, st);
+    __half* q = a.q + (size_t)row0 * q_w;
+    {
+        OpScope op("q/k norm + rope + cache", st);
+        qk_norm_rope_cache(qkv + (size_t)row0 * qkv_w, T, d_pos, L.q_norm, L.k_norm, rope, q, a.kv.type, kv, s.n_heads, s.n_kv, s.head_dim,
+                           a.kv.ctx, s.eps, st, fresh, a.fresh_rows, ap.kv_budget);
+    }
+    // Causal work: QK^T and PV over the keys before each query (an estimate past position 0 or with a window).
+    double keys = (pos0 > 0 ? kv_row(ap, pos0) : 0) + (T + 1) / 2.0;
+    OpScope op("attention", st, 4.0 * T * keys * s.n_heads * s.head_dim);
+    prefill_attention(q, own ? KvType::F16 : a.kv.type, own ? fresh : kv, d_pos, out + (size_t)row0 * q_w, T, s.n_heads, s.n_kv, s.head_dim,
+                      own ? a.fresh_rows : a.kv.ctx, ap, st);
+    return own;
+}
+
+// The batched core's pass: decode tokens of b.n_decode sequences in one launch, then each prefill chunk on its own.
+inline void attention_paged(Attention& a, const AttnLayer& L, int layer, const float* qkv, const Batch& b, bf16* out, cudaStream_t st) {
+    const AttnSpec& s = a.spec;
+    if (a.page_shift < 0) die("attention: block tables given, but the cache is not paged");
+    if (!b.seqs || b.n_decode < 0 || b.n_decode > b.n_seqs) die("attention: a batched pass without its sequences");
+    KvLayer kv = a.kv.layer(layer, 0);
+    kv.page_shift = a.page_shift, kv.pages_stride = b.table_stride;
+    const AttnParams& ap = L.params;
+    if (b.n_decode > 0) {
+        OpScope op("attention", st);
+        kv.pages = b.tables;
+        flash_decode_fused(a.fd, DecodeQkv{qkv, L.q_norm, L.k_norm, L.rope ? L.rope->cos_sin : nullptr, s.eps}, a.kv.type, kv, b.pos, out, st,
+                           ap, b.n_decode);
+    }
+    for (int i = b.n_decode; i < b.n_seqs; i++) {
+        const BatchSeq& q = b.seqs[i];
+        kv.pages = b.tables + (size_t)i * b.table_stride;
+        attention_chunk(a, L, kv, ap, qkv, b.pos + q.row0, q.pos0, q.n, q.row0, out, st);
+    }
+}
+
 // out = attention of the batch's queries over its sequence's cached positions (and its own), after writing
 // its keys and values to the cache.
-inline void attention_paged(Attention& a, const AttnLayer& L, int layer, const float* qkv, const Batch& b, bf16* out, cudaStream_t st);
-
 inline void attention(Attention& a, const AttnLayer& L, int layer, const float* qkv, const Batch& b, bf16* out, cudaStream_t st) {
     const AttnSpec& s = a.spec;
     if (layer < 0 || layer >= s.layers) die("attention: layer %d of %d", layer, s.layers);
@@ -119,15 +169,13 @@ inline void attention(Attention& a, const AttnLayer& L, int layer, const float* 
     if (b.n_seqs != 1) die("attention: %d sequences in one pass need block tables (the batched core)", b.n_seqs);
     if (a.page_shift >= 0) die("attention: the paged cache needs block tables");
     const KvLayer kv = a.kv.layer(layer, b.slot);
-    RopeTable rope;  // a view of the layer's table (no copy of its config), or none
-    if (L.rope) rope.cos_sin = L.rope->cos_sin, rope.max_pos = L.rope->max_pos, rope.half = L.rope->half;
     const int T = b.n_tokens;
     AttnParams ap = L.params;
     if (a.h2o.on()) ap.kv_budget = a.h2o.budget, ap.h2o_scores = a.h2o.scores, ap.h2o_stats = a.h2o.stats;
     if (T == 1) {
         {
             OpScope op("attention", st);
-            DecodeQkv in{qkv, L.q_norm, L.k_norm, rope.cos_sin, s.eps};
+            DecodeQkv in{qkv, L.q_norm, L.k_norm, L.rope ? L.rope->cos_sin : nullptr, s.eps};
             flash_decode_fused(a.fd, in, a.kv.type, kv, b.pos, out, st, ap);
         }
         if (a.h2o.on()) {
@@ -137,71 +185,11 @@ inline void attention(Attention& a, const AttnLayer& L, int layer, const float* 
         return;
     }
     if (a.h2o.on() && b.pos0 < 0) die("attention: KV eviction needs a prefill pass's first position on the host");
-    if (T > a.fresh_rows && a.fresh.k) die("attention: a chunk of %d tokens is larger than the %d planned", T, a.fresh_rows);
-    const bool own = a.fresh.k && b.pos0 == 0;  // the chunk at position 0 reads its own fp16 keys and values
-    if (L.rope && b.pos0 >= 0) rope.cos_sin = rope_rows_for(*L.rope, b.pos0, T, st);
-    {
-        OpScope op("q/k norm + rope + cache", st);
-        qk_norm_rope_cache(qkv, T, b.pos, L.q_norm, L.k_norm, rope, a.q, a.kv.type, kv, s.n_heads, s.n_kv, s.head_dim, a.kv.ctx, s.eps,
-                           st, own ? a.fresh : KvLayer{}, a.fresh_rows, ap.kv_budget);
-    }
-    // Causal work: QK^T and PV over the keys before each query (an estimate past position 0 or with a window).
-    double keys = (b.pos0 > 0 ? kv_row(ap, b.pos0) : 0) + (T + 1) / 2.0;
-    {
-        OpScope op("attention", st, 4.0 * T * keys * s.n_heads * s.head_dim);
-        prefill_attention(a.q, own ? KvType::F16 : a.kv.type, own ? a.fresh : kv, b.pos, out, T, s.n_heads, s.n_kv, s.head_dim,
-                          own ? a.fresh_rows : a.kv.ctx, ap, st);
-    }
+    const bool own = attention_chunk(a, L, kv, ap, qkv, b.pos, b.pos0, T, 0, out, st);
     if (a.h2o.on()) {
         OpScope op("kv eviction", st);
         h2o_after_prefill(a.h2o, layer, b.slot, a.q, own ? KvType::F16 : a.kv.type, own ? a.fresh : kv, own ? a.fresh_rows : a.kv.ctx,
                           a.kv.type, kv, s.head_dim, a.kv.ctx, b.pos, b.pos0, T, st);
-    }
-}
-
-}  // namespace monocu
-
-namespace monocu {
-
-// The batched core's pass: decode tokens of b.n_decode sequences in one launch, then each prefill chunk on its own.
-inline void attention_paged(Attention& a, const AttnLayer& L, int layer, const float* qkv, const Batch& b, bf16* out, cudaStream_t st) {
-    const AttnSpec& s = a.spec;
-    if (a.page_shift < 0) die("attention: block tables given, but the cache is not paged");
-    if (!b.seqs || b.n_decode < 0 || b.n_decode > b.n_seqs) die("attention: a batched pass without its sequences");
-    KvLayer kv = a.kv.layer(layer, 0);
-    kv.page_shift = a.page_shift, kv.pages_stride = b.table_stride;
-    RopeTable rope;
-    if (L.rope) rope.cos_sin = L.rope->cos_sin, rope.max_pos = L.rope->max_pos, rope.half = L.rope->half;
-    const AttnParams& ap = L.params;
-    const size_t q_w = (size_t)s.n_heads * s.head_dim, qkv_w = q_w + 2 * (size_t)s.n_kv * s.head_dim;
-    if (b.n_decode > 0) {
-        OpScope op("attention", st);
-        kv.pages = b.tables;
-        flash_decode_fused(a.fd, DecodeQkv{qkv, L.q_norm, L.k_norm, rope.cos_sin, s.eps}, a.kv.type, kv, b.pos, out, st, ap, b.n_decode);
-    }
-    for (int i = b.n_decode; i < b.n_seqs; i++) {
-        const BatchSeq& q = b.seqs[i];
-        const int T = q.n;
-        kv.pages = b.tables + (size_t)i * b.table_stride;
-        const bool own = a.fresh.k && q.pos0 == 0;  // as a single sequence's first chunk: its own fp16 keys
-        if (own && q.row0 + T > a.fresh_rows) die("attention: rows %d..%d pass the %d planned", q.row0, q.row0 + T - 1, a.fresh_rows);
-        KvLayer fresh;  // rows row0 .. of the fp16 copy (its head stride stays fresh_rows)
-        if (own) {
-            fresh.k = static_cast<__half*>(a.fresh.k) + (size_t)q.row0 * s.head_dim;
-            fresh.v = static_cast<__half*>(a.fresh.v) + (size_t)q.row0 * s.head_dim;
-        }
-        RopeTable r = rope;
-        if (L.rope) r.cos_sin = rope_rows_for(*L.rope, q.pos0, T, st);
-        __half* qh = a.q + (size_t)q.row0 * q_w;
-        {
-            OpScope op("q/k norm + rope + cache", st);
-            qk_norm_rope_cache(qkv + (size_t)q.row0 * qkv_w, T, b.pos + q.row0, L.q_norm, L.k_norm, r, qh, a.kv.type, kv, s.n_heads, s.n_kv,
-                               s.head_dim, a.kv.ctx, s.eps, st, fresh, a.fresh_rows);
-        }
-        double keys = kv_row(ap, q.pos0) + (T + 1) / 2.0;
-        OpScope op("attention", st, 4.0 * T * keys * s.n_heads * s.head_dim);
-        prefill_attention(qh, own ? KvType::F16 : a.kv.type, own ? fresh : kv, b.pos + q.row0, out + (size_t)q.row0 * q_w, T, s.n_heads,
-                          s.n_kv, s.head_dim, own ? a.fresh_rows : a.kv.ctx, ap, st);
     }
 }
 

@@ -219,12 +219,7 @@ int batch_file_parallel(BatchedRunner<M>& br, const Tokenizer* tok, const ChatTe
     while (!br.idle()) {
         for (const BatchedResult& r : br.step()) {
             Job& j = jobs[r.id];
-            std::string text;
-            if (tok) {
-                StreamDecoder dec(*tok);
-                for (int id : r.tokens) text += dec.push(id);
-                text += dec.flush();
-            }
+            const std::string text = tok ? tok->decode(r.tokens) : "";  // (what the serial path's stream adds up to)
             tokens += batch_record(j.rec, tok, ct, o, lines[r.id], j.ids, j.chat, text, tok ? std::vector<int>{} : r.tokens, r.prompt_tokens,
                                    (int)r.tokens.size(), r.finish);
             if (j.gaps) j.rec["completion_ids"] = r.tokens, j.rec["gaps"] = r.gaps;

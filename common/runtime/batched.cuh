@@ -56,9 +56,9 @@ struct BatchedResult {
 };
 
 struct BatchedStats {
-    long steps = 0, graph_steps = 0, rows = 0, sampled = 0, preemptions = 0;
+    long steps = 0, graph_steps = 0, preemptions = 0;
     long prefix_hit_blocks = 0, prefix_miss_blocks = 0;
-    int last_rows = 0, last_items = 0, last_decode = 0;  // the last step's rows, items and one-token items
+    int last_items = 0, last_decode = 0;  // the last step's items and one-token items among them
 };
 
 template <class M>
@@ -118,7 +118,6 @@ public:
     int waiting() const { return sched_.waiting(); }
     const BatchedStats& stats() const { return stats_; }
     bool eager = false;  // no CUDA graphs (--bench's profile: each operation timed alone)
-    const KvBlockManager& blocks() const { return kv_; }
 
     // One pass. on_token(id, token) hears every sampled token (the finishing ones too) in the order of the pass.
     std::vector<BatchedResult> step(const std::function<void(int, int)>& on_token = {}) {
@@ -190,8 +189,7 @@ public:
         }
         if (n_live_out) CUDA_CHECK(cudaMemcpyAsync(h_tokens_, sampler_.tokens, 2 * max_seqs_ * sizeof(int), cudaMemcpyDeviceToHost, st));
         CUDA_CHECK(cudaStreamSynchronize(st));
-        stats_.steps++, stats_.rows += n_rows, stats_.sampled += n_live_out;
-        stats_.last_rows = n_rows, stats_.last_items = (int)order.size(), stats_.last_decode = n_dec;
+        stats_.steps++, stats_.last_items = (int)order.size(), stats_.last_decode = n_dec;
 
         std::vector<int> sampled(p.items.size(), -1);
         std::vector<float> gap(p.items.size());

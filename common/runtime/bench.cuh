@@ -158,26 +158,31 @@ int bench_parallel(M& m, Runtime& rt, BatchedRunner<M>& br, const Options& o) {
             double kv_bytes = (double)rt.attn.kv.bytes_per_token() * avg_ctx * N;
             double bytes = (double)info.decode_bytes + kv_bytes;
             double flops = 2.0 * (info.matmul_params + head_params) * N + 4.0 * rt.attn.spec.layers * avg_ctx * rt.attn.spec.n_heads * rt.attn.spec.head_dim * N;
-            double roof_ms = std::max(bytes / (copy_gbs * 1e9), flops / (gemm_tflops * 1e12)) * 1e3;
+            const double bytes_ms = bytes / (copy_gbs * 1e9) * 1e3, flops_ms = flops / (gemm_tflops * 1e12) * 1e3;
+            const double roof_ms = std::max(bytes_ms, flops_ms);
             std::printf("bench: parallel %4d x %6d prompt + %d generated: all prompts in %.1f ms; %ld steps of all %d decoding: %.3f ms/step, "
                         "%.1f output tok/s; step roofline %.3f ms (%s: %.3f GB, %.2f TFLOP) = %.1f%%; end to end %.1f output tok/s, "
                         "%ld preemptions\n",
                         N, n_prompt, n_gen, first_ms, full_steps, N, step_ms, step_ms > 0 ? 1000.0 * N / step_ms : 0.0, roof_ms,
-                        bytes / (copy_gbs * 1e9) >= flops / (gemm_tflops * 1e12) ? "bytes" : "compute", bytes / 1e9, flops / 1e12,
+                        bytes_ms >= flops_ms ? "bytes" : "compute", bytes / 1e9, flops / 1e12,
                         step_ms > 0 ? 100.0 * roof_ms / step_ms : 0.0, 1000.0 * tokens / total_ms, br.stats().preemptions);
         }
     }
-    // Where a step of N decoding sequences goes: N short prompts until all decode, then 3 steps, each op alone.
+    // Where a step of N decoding sequences goes: N short prompts until all decode, then 3 steps, each op alone (none
+    // when --batch-tokens is below N: no step then holds all of them).
     for (int i = 0; i < N; i++) br.add(BatchedRequest{next_id++, random_ids(16), 8, {}, SamplingParams{}});
-    while (br.stats().last_decode != N || br.stats().last_items != N) br.step();
-    br.eager = true;
-    op_profile().start();
-    double t_prof = wall_ms();
-    for (int r = 0; r < 3; r++) br.step();
-    t_prof = wall_ms() - t_prof;
-    op_profile().stop(rt.stream);
-    br.eager = false;
-    print_profile(strf("parallel %d: decode step breakdown (each op alone)", N).c_str(), t_prof / 3, 3, true);
+    auto all_decoding = [&] { return br.stats().last_decode == N && br.stats().last_items == N; };
+    while (!br.idle() && !all_decoding()) br.step();
+    if (!br.idle()) {
+        br.eager = true;
+        op_profile().start();
+        double t_prof = wall_ms();
+        for (int r = 0; r < 3; r++) br.step();
+        t_prof = wall_ms() - t_prof;
+        op_profile().stop(rt.stream);
+        br.eager = false;
+        print_profile(strf("parallel %d: decode step breakdown (each op alone)", N).c_str(), t_prof / 3, 3, true);
+    }
     while (!br.idle()) br.step();
     // The prefix cache: a prompt of P + 64 tokens, cold; another with the same first P tokens after it (hot).
     const int P = o.n_prompt[0];
