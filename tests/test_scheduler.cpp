@@ -162,3 +162,54 @@ TEST_CASE("scheduler: requests it can never serve are refused when added") {
     CHECK(s.waiting() == 1);
     CHECK_THROWS_AS(Scheduler(kv, 0, 1), UserError);
 }
+
+TEST_CASE("scheduler: cancelling waiting and running requests between steps leaks no block and leaves the others their solo tokens") {
+    std::mt19937 g(21);
+    for (int pool : {14, 60}) {
+        CAPTURE(pool);
+        KvBlockManager kv(pool, 8);
+        Scheduler s(kv, 40, 6);
+        std::map<int, SchedRequest> reqs;
+        std::vector<int> shared(24);
+        for (int& t : shared) t = (int)(g() % 5000);
+        for (int id = 0; id < 60; id++) {
+            SchedRequest r;
+            r.id = id;
+            if (id % 2) r.prompt = shared;  // prefix hits on blocks a cancelled sequence published
+            for (int i = 0, n = 1 + (int)(g() % 30); i < n; i++) r.prompt.push_back((int)(g() % 5000));
+            r.max_tokens = 1 + (int)(g() % 30);
+            reqs[id] = r;
+            s.add(r);
+        }
+        std::map<int, std::vector<int>> all;
+        for (const auto& kv_ : reqs) all[kv_.first] = kv_.second.prompt;
+        std::map<int, Finished> out;
+        std::set<int> cancelled;
+        int steps = 0;
+        while (!s.idle()) {
+            REQUIRE(++steps < 100000);
+            StepPlan p = s.plan();
+            std::vector<int> sampled;
+            for (const StepItem& it : p.items) {
+                std::vector<int> upto(all[it.seq].begin(), all[it.seq].begin() + it.from + it.n);
+                sampled.push_back(it.logits ? next_token(upto) : -1);
+            }
+            for (const Finished& f : s.complete(p, sampled)) out[f.id] = f;
+            for (size_t i = 0; i < p.items.size(); i++)
+                if (p.items[i].logits && !out.count(p.items[i].seq)) all[p.items[i].seq].push_back(sampled[i]);
+            // Cancel a random request now and then: running, waiting, or already finished (false).
+            if (g() % 3 == 0) {
+                int id = (int)(g() % 60);
+                bool live = !out.count(id) && !cancelled.count(id);
+                CHECK(s.cancel(id) == live);
+                if (live) cancelled.insert(id);
+                CHECK_FALSE(s.cancel(id));
+            }
+            kv.check();
+        }
+        CHECK(cancelled.size() > 5);
+        CHECK(out.size() + cancelled.size() == reqs.size());
+        for (const auto& f : out) CHECK(f.second.tokens == alone(reqs.at(f.first)));
+        CHECK(kv.free_blocks() == pool);
+    }
+}

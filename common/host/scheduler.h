@@ -74,6 +74,21 @@ public:
         waiting_.push_back(s);
     }
 
+    // A request leaves now, waiting or running (its blocks go back; full ones stay in the prefix cache). false: no such
+    // request (it finished already). Between steps only: a plan's items must all complete.
+    bool cancel(int id) {
+        auto w = std::find_if(waiting_.begin(), waiting_.end(), [&](const Seq& s) { return s.req.id == id; });
+        if (w != waiting_.end()) {
+            waiting_.erase(w);
+            return true;
+        }
+        auto r = std::find_if(running_.begin(), running_.end(), [&](const Seq& s) { return s.req.id == id; });
+        if (r == running_.end()) return false;
+        kv_.finish(id);
+        running_.erase(r);
+        return true;
+    }
+
     bool idle() const { return waiting_.empty() && running_.empty(); }
     int running() const { return (int)running_.size(); }
     int waiting() const { return (int)waiting_.size(); }

@@ -7,6 +7,7 @@
 //   while (!br.idle())
 //       for (const BatchedResult& r : br.step([&](int id, int token) { ... }))   // each sampled token as it comes
 //           ... r.id, r.tokens, r.finish
+//   br.cancel(id);                                                // between steps: it leaves, its blocks go back
 //
 // The parts: host/kv_blocks.h hands out 16-position blocks of the pool and keeps the prefix cache;
 // host/scheduler.h picks each step's tokens under the token budget and preempts the newest sequence when the pool
@@ -111,6 +112,16 @@ public:
         s.all = r.prompt;
         sched_.add(SchedRequest{r.id, r.prompt, s.req.max_tokens, r.stop_ids});
         seqs_[r.id] = std::move(s);
+    }
+
+    // Between steps: a sequence nobody waits for leaves now (the server's client went away, a stop string ended it).
+    // false: no such sequence (it finished already).
+    bool cancel(int id) {
+        if (!seqs_.count(id)) return false;
+        if (!sched_.cancel(id)) die("internal: sequence %d is not in the scheduler", id);
+        release_slot(id);
+        seqs_.erase(id);
+        return true;
     }
 
     bool idle() const { return sched_.idle(); }

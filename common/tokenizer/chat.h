@@ -5,6 +5,7 @@
 //   ChatTemplate ct = ChatTemplate::load(model_dir);
 //   std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "Hi"}};
 //   std::vector<int> ids = encode_chat(tok, ct, msgs);    // the generation prompt added, BOS where the template puts one
+//   ids = encode_chat_json(tok, ct, messages_json, o);             // or a JSON list of messages (tool calls and all: the server)
 //   std::string text = render_chat(ct, msgs);             // the same prompt as text (apply_chat_template(tokenize=False))
 //   ChatOptions o;  o.enable_thinking = false;            // Qwen3 / SmolLM3's switch (passed only when false)
 //   o.kwargs["reasoning_effort"] = "high";                // any other template argument
@@ -88,15 +89,19 @@ inline std::string neutralize(const std::string& s, const Tokenizer& tok, std::v
 
 }  // namespace chat_detail
 
-// The prompt's ids: the template's own text special-aware, the users' added-token texts as plain text.
-inline std::vector<int> encode_chat(const Tokenizer& tok, const ChatTemplate& ct, const std::vector<ChatMessage>& msgs,
+// The prompt's ids: the template's own text special-aware, the users' added-token texts as plain text. `msgs` is a JSON
+// list of messages as a chat template takes them (role, content, and whatever else: tool_calls, tool_call_id, name);
+// every string content of a message the user authored (every role but assistant) is kept plain.
+inline std::vector<int> encode_chat_json(const Tokenizer& tok, const ChatTemplate& ct, const nlohmann::ordered_json& msgs,
                                     const ChatOptions& o = ChatOptions()) {
     using namespace chat_detail;
+    if (!msgs.is_array() || msgs.empty()) die("chat: no messages");
     std::vector<std::string> originals;
-    std::vector<ChatMessage> safe = msgs;
-    for (ChatMessage& m : safe)
-        if (m.role != "assistant") m.content = neutralize(utf8_repair(m.content), tok, originals);
-    std::string rendered = render_chat(ct, safe, o), text;
+    nlohmann::ordered_json safe = msgs;
+    for (auto& m : safe)
+        if (m.is_object() && m.value("role", "") != "assistant" && m.contains("content") && m["content"].is_string())
+            m["content"] = neutralize(utf8_repair(m["content"].get<std::string>()), tok, originals);
+    std::string rendered = ct.render(safe, chat_kwargs(o)), text;
     Tokenizer::ByteRanges plain;
     const size_t open_len = std::strlen(kOpen), close_len = std::strlen(kClose);
     for (size_t i = 0; i < rendered.size();) {
@@ -118,6 +123,12 @@ inline std::vector<int> encode_chat(const Tokenizer& tok, const ChatTemplate& ct
     }
     if (text.find(kClose) != std::string::npos) die("chat: the template cut through a message's text; its added-token text cannot be kept plain");
     return tok.encode_with_plain_ranges(text, plain);
+}
+
+inline std::vector<int> encode_chat(const Tokenizer& tok, const ChatTemplate& ct, const std::vector<ChatMessage>& msgs,
+                                    const ChatOptions& o = ChatOptions()) {
+    if (msgs.empty()) die("chat: no messages");
+    return encode_chat_json(tok, ct, chat_messages_json(msgs), o);
 }
 
 }  // namespace monocu
