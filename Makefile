@@ -44,7 +44,7 @@ endif
 NVCCFLAGS ?= -O3 -lineinfo
 NVCCFLAGS += -std=c++17 $(GENCODE) -Icommon -MMD -MP -Xcompiler "$(HOST_WARN)" \
              --expt-relaxed-constexpr -Wno-deprecated-gpu-targets
-CUDA_LIBS := -lcublas
+CUDA_LIBS := -lcublas -lcpp-httplib -lpthread
 
 ENGINES := $(patsubst engines/%.cu,$(BUILD)/$(ARCH)/%,$(wildcard engines/*.cu))
 TOOLS := $(patsubst tools/%.cpp,$(HOST_BUILD)/tools/%,$(wildcard tools/*.cpp))

@@ -84,7 +84,7 @@ TEST_CASE("bad flags and values are one-line usage errors naming the flag") {
     CHECK(parse({"-m", "d", "-p", "x", "--kv-budget", "9"}).kv_window == 5);  // half the budget, rounded up
     CHECK(parse({"-m", "d", "-p", "x", "--kv-budget", "9", "--kv-window", "9"}).kv_window == 9);
     // The batched core's flags (runtime/batched.cuh)
-    CHECK(usage_error({"-m", "d", "-p", "x", "-np", "4"}) == "--parallel runs a batch file (-i) or --bench");
+    CHECK(usage_error({"-m", "d", "-p", "x", "-np", "4"}) == "--parallel runs a batch file (-i), --bench or the server (--port)");
     CHECK(usage_error({"-m", "d", "--bench", "-np", "0"}) == "-np: 0 is out of range [1, 1024]");
     CHECK(usage_error({"-m", "d", "--bench", "--parallel", "4", "--kv-budget", "64"}) == "--parallel does not go with --kv-budget");
     CHECK(usage_error({"-m", "d", "--bench", "--kv-blocks", "64"}) == "--kv-blocks goes with --parallel");
@@ -98,8 +98,24 @@ TEST_CASE("bad flags and values are one-line usage errors naming the flag") {
         CHECK(parse({"-m", "d", "--bench"}).parallel == 0);  // one prompt at a time unless asked
         CHECK(parse({"-m", "d", "--bench"}).batch_tokens == 2048);
     }
+    // The server's flags (runtime/serve.cuh)
+    {
+        Options o = parse({"-m", "d", "--port", "8080", "--host", "0.0.0.0", "--api-key", "k", "--alias", "m"});
+        CHECK(o.port == 8080);
+        CHECK(o.host == "0.0.0.0");
+        CHECK(o.api_key == "k");
+        CHECK(o.alias == "m");
+        CHECK(o.parallel == 4);  // the server runs on the batched core
+        CHECK(parse({"-m", "d", "--port", "1", "-np", "32"}).parallel == 32);
+    }
+    CHECK(usage_error({"-m", "d", "--port", "0"}) == "--port: 0 is out of range [1, 65535]");
+    CHECK(usage_error({"-m", "d", "--port", "70000"}) == "--port: 70000 is out of range [1, 65535]");
+    CHECK(usage_error({"-m", "d", "--port", "80", "-p", "x"}) == "--port serves requests; it does not take -p, -f or --ids");
+    CHECK(usage_error({"-m", "d", "--port", "80", "--bench"}) == "give only one of -cnv, -i, --bench and --port");
+    CHECK(usage_error({"-m", "d", "-p", "x", "--api-key", "k"}) == "--host, --api-key and --alias go with --port");
+    CHECK(usage_error({"-m", "d", "--port", "80", "--host", ""}) == "--host: an empty address");
     CHECK(usage_error({"-p", "x"}) == "-m MODEL_DIR is required");
-    CHECK(usage_error({"-m", "d"}) == "give a prompt with -p, -f or --ids (or -cnv, -i FILE, --bench)");
+    CHECK(usage_error({"-m", "d"}) == "give a prompt with -p, -f or --ids (or -cnv, -i FILE, --bench, --port N)");
     CHECK(usage_error({"-m", "d", "-p", "x", "-f", "y"}) == "give only one of -p, -f and --ids");
     CHECK(usage_error({"-m", "d", "-p", "x", "-q", "-v"}) == "-q and -v contradict each other");
     CHECK(usage_error({"-m", "d", "-p", "x", "--timeline", "tl"}) == "--timeline needs --bench");
@@ -124,8 +140,8 @@ TEST_CASE("chat, batch files and the prefill pass size: llama.cpp's spellings an
     CHECK(parse({"-m", "d", "-p", "x"}).ubatch == 2048);
     CHECK(usage_error({"-m", "d", "-p", "x", "-ub", "0"}) == "-ub: 0 is out of range [1, 2048]");
     CHECK(usage_error({"-m", "d", "-p", "x", "-ub", "4096"}) == "-ub: 4096 is out of range [1, 2048]");
-    CHECK(usage_error({"-m", "d", "-cnv", "--bench"}) == "give only one of -cnv, -i and --bench");
-    CHECK(usage_error({"-m", "d", "-i", "a", "-o", "b", "-cnv"}) == "give only one of -cnv, -i and --bench");
+    CHECK(usage_error({"-m", "d", "-cnv", "--bench"}) == "give only one of -cnv, -i, --bench and --port");
+    CHECK(usage_error({"-m", "d", "-i", "a", "-o", "b", "-cnv"}) == "give only one of -cnv, -i, --bench and --port");
     CHECK(usage_error({"-m", "d", "-i", "a"}) == "-i needs -o FILE for the results");
     CHECK(usage_error({"-m", "d", "-p", "x", "-o", "b"}) == "-o goes with -i");
     CHECK(usage_error({"-m", "d", "-i", "a", "-o", "b", "-p", "x"}) == "-p, -f and --ids do not go with -i or --bench");

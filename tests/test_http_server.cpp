@@ -182,3 +182,60 @@ TEST_CASE("http: a client that leaves mid-stream cancels its job") {
     CHECK(b.cancelled == 1);
     s.stop();
 }
+
+TEST_CASE("http: tokenize, detokenize, metrics and a draining server") {
+    struct Tok : EchoBackend {
+        bool drain = false;
+        std::vector<int> tokenize(const std::string& text, bool add_special) override {
+            std::vector<int> ids;
+            if (add_special) ids.push_back(1);
+            for (unsigned char ch : text) ids.push_back(ch);
+            return ids;
+        }
+        std::string detokenize(const std::vector<int>& ids) override {
+            std::string s;
+            for (int id : ids) {
+                if (id > 255) throw ApiError{400, "token id " + std::to_string(id) + " is outside the vocabulary (256)", "invalid_request_error", "tokens", ""};
+                s += (char)id;
+            }
+            return s;
+        }
+        std::string metrics() override { return "monocu_kv_blocks_used 3\n"; }
+        bool draining() const override { return drain; }
+    } b;
+    ApiServer s(ServerOptions{"127.0.0.1", 0, "", "tiny"}, b);
+    int port = s.start();
+    httplib::Client c("127.0.0.1", port);
+    auto t = c.Post("/tokenize", R"({"content": "hi", "add_special": true})", "application/json");
+    REQUIRE(t);
+    CHECK(t->status == 200);
+    CHECK(ojson::parse(t->body)["tokens"] == ojson::parse("[1, 104, 105]"));
+    auto d = c.Post("/detokenize", R"({"tokens": [104, 105]})", "application/json");
+    REQUIRE(d);
+    CHECK(ojson::parse(d->body)["content"] == "hi");
+    for (const char* bad : {R"({"content": 5})", R"({"tokens": [1, -2]})", "[1]", R"({"tokens": [300]})", R"({"tokens": [1.5]})"}) {
+        CAPTURE(bad);
+        auto r = c.Post(bad[2] == 'c' ? "/tokenize" : "/detokenize", bad, "application/json");
+        REQUIRE(r);
+        CHECK(r->status == 400);
+        CHECK(ojson::parse(r->body)["error"]["message"].is_string());
+    }
+    EchoBackend plain;  // a backend without a tokenizer
+    ApiServer s2(ServerOptions{"127.0.0.1", 0, "", "tiny"}, plain);
+    httplib::Client c2("127.0.0.1", s2.start());
+    auto none = c2.Post("/tokenize", R"({"content": "hi"})", "application/json");
+    REQUIRE(none);
+    CHECK(none->status == 501);
+    s2.stop();
+    auto m = c.Get("/metrics");
+    REQUIRE(m);
+    CHECK(m->body.find("monocu_http_responses_total{status=\"200\"} 2") != std::string::npos);
+    CHECK(m->body.find("monocu_http_responses_total{status=\"400\"} 5") != std::string::npos);
+    CHECK(m->body.find("monocu_kv_blocks_used 3\n") != std::string::npos);
+    b.drain = true;
+    auto r = c.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}]})", "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 503);
+    CHECK(ojson::parse(r->body)["error"]["code"] == "shutting_down");
+    s.stop();
+}

@@ -68,6 +68,10 @@ struct Options {
     int parallel = 0;          // -np / --parallel: sequences the batched core runs at once (0: one prompt at a time)
     int batch_tokens = 2048;   // --batch-tokens: tokens of one batched pass (decode steps and prompt chunks)
     int kv_blocks = 0;         // --kv-blocks: the batched core's KV pool in blocks of 16 positions (0: what memory allows)
+    int port = 0;              // --port: serve the OpenAI API here (runtime/serve.cuh); 0: no server
+    std::string host = "127.0.0.1";  // --host: the address it listens on
+    std::string api_key;       // --api-key: requests must carry "Authorization: Bearer KEY"
+    std::string alias;         // --alias: the model's name in the API (default: the checkpoint folder's name)
     bool quiet = false, verbose = false, help = false;
 };
 
@@ -115,6 +119,12 @@ inline void print_usage(FILE* out, const char* engine) {
                  "                         with -i, the file's prompts; with --bench, N concurrent random prompts\n"
                  "      --batch-tokens N   tokens per batched pass, decode steps and prompt chunks (default 2048)\n"
                  "      --kv-blocks N      with -np: the KV pool, in blocks of 16 positions (default: as memory allows)\n"
+                 "      --port N           serve an OpenAI-compatible API on port N (/v1/chat/completions, /v1/completions,\n"
+                 "                         /v1/models, /health, /metrics, /tokenize, /detokenize); -np sequences at once\n"
+                 "                         (default 4), -c tokens each\n"
+                 "      --host ADDR        with --port: the address to listen on (default 127.0.0.1)\n"
+                 "      --api-key KEY      with --port: requests must send \"Authorization: Bearer KEY\"\n"
+                 "      --alias NAME       with --port: the model's name in the API (default: the folder's name)\n"
                  "      --bench            benchmark: --n-prompt random tokens, then -n decoded (default 128)\n"
                  "      --n-prompt N[,N..] prompt length(s) for --bench (default 512), e.g. 512,4096,16384\n"
                  "      --no-cuda-graphs   launch the decode step kernel by kernel\n"
@@ -230,6 +240,10 @@ inline Options parse_cli(int argc, char** argv) {
         else if (a == "-np" || a == "--parallel") o.parallel = static_cast<int>(parse_int(a, value(), 1, 1024));
         else if (a == "--batch-tokens") o.batch_tokens = static_cast<int>(parse_int(a, value(), 1, 16384));
         else if (a == "--kv-blocks") o.kv_blocks = static_cast<int>(parse_int(a, value(), 2, kIntMax));
+        else if (a == "--port") o.port = static_cast<int>(parse_int(a, value(), 1, 65535));
+        else if (a == "--host") o.host = value();
+        else if (a == "--api-key") o.api_key = value();
+        else if (a == "--alias") o.alias = value();
         else if (a == "-q" || a == "--quiet") o.quiet = true;
         else if (a == "-v" || a == "--verbose") o.verbose = true;
         else die_usage("unknown flag '%s'", a.c_str());
@@ -237,10 +251,14 @@ inline Options parse_cli(int argc, char** argv) {
     if (o.help) return o;
     if (o.model.empty()) die_usage("-m MODEL_DIR is required");
     int sources = !o.prompt.empty() + !o.prompt_file.empty() + !o.ids_file.empty();
-    int modes = o.chat + !o.in_file.empty() + o.bench;
+    int modes = o.chat + !o.in_file.empty() + o.bench + (o.port > 0);
     if (sources > 1) die_usage("give only one of -p, -f and --ids");
-    if (modes > 1) die_usage("give only one of -cnv, -i and --bench");
-    if (sources == 0 && modes == 0) die_usage("give a prompt with -p, -f or --ids (or -cnv, -i FILE, --bench)");
+    if (modes > 1) die_usage("give only one of -cnv, -i, --bench and --port");
+    if (sources == 0 && modes == 0) die_usage("give a prompt with -p, -f or --ids (or -cnv, -i FILE, --bench, --port N)");
+    if (o.port && sources) die_usage("--port serves requests; it does not take -p, -f or --ids");
+    if (!o.port && (o.host != "127.0.0.1" || !o.api_key.empty() || !o.alias.empty())) die_usage("--host, --api-key and --alias go with --port");
+    if (o.port && o.host.empty()) die_usage("--host: an empty address");
+    if (o.port && !o.parallel) o.parallel = 4;  // the server runs on the batched core
     if (modes == 1 && sources == 1 && !o.chat) die_usage("-p, -f and --ids do not go with -i or --bench");
     if (o.chat && (!o.prompt_file.empty() || !o.ids_file.empty())) die_usage("-cnv takes a first message with -p only");
     if (!o.in_file.empty() && o.out_file.empty()) die_usage("-i needs -o FILE for the results");
@@ -254,7 +272,7 @@ inline Options parse_cli(int argc, char** argv) {
     if (o.kv_window && !o.kv_budget) die_usage("--kv-window needs --kv-budget");
     if (o.kv_window > o.kv_budget) die_usage("--kv-window %d is larger than --kv-budget %d", o.kv_window, o.kv_budget);
     if (o.kv_budget && !o.kv_window) o.kv_window = (o.kv_budget + 1) / 2;
-    if (o.parallel && o.in_file.empty() && !o.bench) die_usage("--parallel runs a batch file (-i) or --bench");
+    if (o.parallel && o.in_file.empty() && !o.bench && !o.port) die_usage("--parallel runs a batch file (-i), --bench or the server (--port)");
     if (o.parallel && o.kv_budget) die_usage("--parallel does not go with --kv-budget");
     if (o.parallel && !o.dump_dir.empty()) die_usage("--parallel does not go with --dump-dir");
     if (o.kv_blocks && !o.parallel) die_usage("--kv-blocks goes with --parallel");

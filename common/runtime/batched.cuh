@@ -6,7 +6,6 @@
 //   br.add({id, prompt_ids, max_tokens, stop_ids, sampling});     // any time, also while others run
 //   while (!br.idle())
 //       for (const BatchedResult& r : br.step([&](int id, int token) { ... }))   // each sampled token as it comes
-//           ... r.id, r.tokens, r.finish
 //   br.cancel(id);                                                // between steps: it leaves, its blocks go back
 //
 // The parts: host/kv_blocks.h hands out 16-position blocks of the pool and keeps the prefix cache;
@@ -32,6 +31,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "host/logprobs.h"
 #include "host/scheduler.h"
 #include "ops/sampling.cuh"
 #include "runtime/generate.cuh"
@@ -46,6 +46,7 @@ struct BatchedRequest {
     int max_tokens = 0;           // tokens to generate, >= 1 (cut to what the context leaves)
     std::vector<int> stop_ids;    // end-of-generation ids: any of them ends the sequence (and is its last token)
     SamplingParams sp;            // temperature 0: greedy
+    int logprobs = -1;            // >= 0: each token's log-probability and the `logprobs` most likely (on_token hears them)
 };
 
 struct BatchedResult {
@@ -93,6 +94,7 @@ public:
         cudaStreamSynchronize(rt_.stream);
         cudaFreeHost(h_ids_);
         cudaFreeHost(h_tokens_);
+        if (h_logits_) cudaFreeHost(h_logits_);
     }
     BatchedRunner(const BatchedRunner&) = delete;
     BatchedRunner& operator=(const BatchedRunner&) = delete;
@@ -128,10 +130,14 @@ public:
     int running() const { return sched_.running(); }
     int waiting() const { return sched_.waiting(); }
     const BatchedStats& stats() const { return stats_; }
+    int kv_blocks() const { return kv_.n_blocks(); }
+    int kv_blocks_used() const { return kv_.n_blocks() - kv_.free_blocks(); }  // held by running sequences
     bool eager = false;  // no CUDA graphs (--bench's profile: each operation timed alone)
 
-    // One pass. on_token(id, token) hears every sampled token (the finishing ones too) in the order of the pass.
-    std::vector<BatchedResult> step(const std::function<void(int, int)>& on_token = {}) {
+    // One pass. on_token(id, token, logprobs) hears every sampled token (the finishing ones too) in the order of the
+    // pass; logprobs is null unless the request asked for them.
+    using OnToken = std::function<void(int, int, const TokenLogprobs*)>;
+    std::vector<BatchedResult> step(const OnToken& on_token = {}) {
         StepPlan p = sched_.plan();
         for (int id : p.preempted) release_slot(id), seqs_.at(id).preemptions++, stats_.preemptions++;
         if (p.items.empty()) {
@@ -148,13 +154,14 @@ public:
         bool all_plain = true, all_out = true;
         for (const StepItem& it : p.items) {
             const Seq& s = seqs_.at(it.seq);
-            all_plain = all_plain && plain_greedy(s.req.sp);
+            all_plain = all_plain && plain_greedy(s.req.sp) && s.req.logprobs < 0;
             all_out = all_out && it.logits;
         }
         // (a pass of several rows over quantized weights dequantizes them on a side stream: not in a graph)
         const bool graph = graphs_ && !eager && n_dec == (int)order.size() && all_plain && all_out && (!rt_.lin.has_ring || bucket(n_dec) == 1);
         const int n_items = graph ? bucket(n_dec) : (int)order.size();
 
+        std::vector<int> lp_rows;  // logits rows copied back for logprobs (their index in out_items)
         std::vector<BatchSeq> bseqs(n_items);
         std::vector<int> out_items;  // plan index of each logits row, in row order
         int row = 0;
@@ -196,6 +203,7 @@ public:
             stats_.graph_steps++;
         } else {
             const float* logits = n_rows ? m_.forward(rt_, b) : nullptr;
+            copy_logprob_rows(logits, out_items, p, lp_rows);  // (raw logits: before any sampler settings touch them)
             if (n_out) sample_rows(logits, out_items, p);
         }
         if (n_live_out) CUDA_CHECK(cudaMemcpyAsync(h_tokens_, sampler_.tokens, 2 * max_seqs_ * sizeof(int), cudaMemcpyDeviceToHost, st));
@@ -206,12 +214,19 @@ public:
         std::vector<float> gap(p.items.size());
         const float* h_gaps = reinterpret_cast<const float*>(h_tokens_ + max_seqs_);
         for (int j = 0; j < n_live_out; j++) sampled[out_items[j]] = h_tokens_[j], gap[out_items[j]] = h_gaps[j];
+        std::vector<TokenLogprobs> lps(p.items.size());
+        std::vector<bool> has_lp(p.items.size(), false);
+        for (size_t k = 0; k < lp_rows.size(); k++) {
+            const int i = out_items[lp_rows[k]];
+            lps[i] = token_logprobs(h_logits_ + k * (size_t)vocab_, vocab_, sampled[i], seqs_.at(p.items[i].seq).req.logprobs);
+            has_lp[i] = true;
+        }
         for (size_t i = 0; i < p.items.size(); i++) {
             if (sampled[i] < 0) continue;
             Seq& s = seqs_.at(p.items[i].seq);
             s.all.push_back(sampled[i]);
             s.gaps.push_back(plain_greedy(s.req.sp) ? gap[i] : NAN);
-            if (on_token) on_token(p.items[i].seq, sampled[i]);
+            if (on_token) on_token(p.items[i].seq, sampled[i], has_lp[i] ? &lps[i] : nullptr);
         }
         std::vector<BatchedResult> done;
         for (const Finished& f : sched_.complete(p, sampled)) {
@@ -250,6 +265,8 @@ private:
     size_t in_ints_ = 0;
     int *d_ids_ = nullptr, *d_pos_ = nullptr, *d_tables_ = nullptr, *d_out_ = nullptr, *d_slots_ = nullptr, *d_start_ = nullptr;
     int *h_ids_ = nullptr, *h_pos_ = nullptr, *h_tables_ = nullptr, *h_out_ = nullptr, *h_slots_ = nullptr, *h_tokens_ = nullptr;  // pinned
+    float* h_logits_ = nullptr;  // pinned: logits rows of the sequences that want logprobs
+    int logits_rows_ = 0;
     BatchSampler sampler_;
     std::vector<int> free_slots_;
     std::unordered_map<int, Seq> seqs_;
@@ -291,6 +308,21 @@ private:
             Sampler smp = batch_sampler_row(sampler_, s.slot, j);
             sample(smp, s.req.sp, logits + (size_t)j * vocab_, rt_.stream);
         }
+    }
+
+    // The logits rows of the items that asked for logprobs, to the host (their log-softmax is taken there).
+    void copy_logprob_rows(const float* logits, const std::vector<int>& out_items, const StepPlan& p, std::vector<int>& rows) {
+        for (int j = 0; j < (int)out_items.size(); j++)
+            if (seqs_.at(p.items[out_items[j]].seq).req.logprobs >= 0) rows.push_back(j);
+        if (rows.empty()) return;
+        if ((int)rows.size() > logits_rows_) {  // (the stream has no copy into the old buffer in flight: each step ends synchronized)
+            if (h_logits_) CUDA_CHECK(cudaFreeHost(h_logits_));
+            logits_rows_ = std::max((int)rows.size(), 2 * logits_rows_);
+            CUDA_CHECK(cudaMallocHost(&h_logits_, (size_t)logits_rows_ * vocab_ * sizeof(float)));
+        }
+        for (size_t k = 0; k < rows.size(); k++)
+            CUDA_CHECK(cudaMemcpyAsync(h_logits_ + k * (size_t)vocab_, logits + (size_t)rows[k] * vocab_, (size_t)vocab_ * sizeof(float),
+                                       cudaMemcpyDeviceToHost, rt_.stream));
     }
 
     // A decode-only, all-greedy step of b.n_seqs rows (a bucket): eager the first time, captured the second, replayed after.

@@ -6,7 +6,8 @@
 // Order, so that a user learns about a typo before anything slow or GPU-bound happens: flags; the model's
 // config.json (the engine's configure()), generation_config.json, tokenizer.json and the prompt's files;
 // the checkpoint's headers; only then the GPU, the weights and the buffers. Modes: one prompt (-p, -f,
-// --ids), chat (-cnv, chat_loop.cuh), a batch file (-i/-o, batch_file.cuh), --bench (bench.cuh).
+// --ids), chat (-cnv, chat_loop.cuh), a batch file (-i/-o, batch_file.cuh), --bench (bench.cuh), the OpenAI server
+// (--port, serve.cuh).
 #pragma once
 
 #include "host/cli.h"
@@ -20,6 +21,7 @@
 #include "runtime/chat_loop.cuh"
 #include "runtime/generate.cuh"
 #include "runtime/prompts.cuh"
+#include "runtime/serve.cuh"
 
 namespace monocu {
 
@@ -132,6 +134,7 @@ int engine_main(int argc, char** argv) {
         GenerationConfig gen = load_generation_config(o.model);
         std::unique_ptr<Tokenizer> tok;  // optional with --ids and -i (tiny test models ship none)
         const bool ids_only = !o.ids_file.empty() || !o.in_file.empty();  // --ids, or a batch file's "prompt_ids" lines
+        if (o.port && !path_exists(o.model + "/tokenizer.json")) die("%s: --port needs the checkpoint's tokenizer.json", o.model.c_str());
         if (!o.bench && (!ids_only || path_exists(o.model + "/tokenizer.json")))
             tok = std::make_unique<Tokenizer>(Tokenizer::load(o.model));
         ChatTemplate ct;  // the checkpoint's own (tokenizer/chat_template.h): parsed now, so a broken one is said now
@@ -181,6 +184,7 @@ int engine_main(int argc, char** argv) {
             BatchedRunner<M> br(m, rt, blocks, o.batch_tokens, o.parallel, o.cuda_graphs);
             if (o.bench) return bench_parallel(m, rt, br, o);
             SamplingParams sp = sampling_params(o, gen);
+            if (o.port) return serve(br, ServeModel{tok.get(), &ct, info.vocab, rt.ctx, end_of_generation_ids(info, gen, tok.get()), sp, o.no_think}, o);
             return batch_file_parallel(br, tok.get(), ct, o, info.vocab, end_of_generation_ids(info, gen, tok.get()), sp);
         }
         rt.attn = attention_create(m.attn_spec(), kv_type, rt.ctx, rt.slots, rt.max_tokens, o.kv_prefill_cache, rt.mem,

@@ -10,7 +10,8 @@
 //   s.stop();
 //
 // Endpoints: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions (streaming or not, n
-// choices). A request goes: API key (401), body size (413), JSON and fields (400, server/openai_request.h), model
+// choices), POST /tokenize and /detokenize (llama-server's shape), GET /metrics (Prometheus text: the server's request
+// counts, then the backend's own lines). A request goes: API key (401), body size (413), JSON and fields (400, server/openai_request.h), model
 // name (404), queue room (503 with Retry-After), then the backend, one GenJob per choice. A job is a queue of
 // pieces the backend pushes from its own thread; a client that goes away mid-stream cancels its jobs, and the
 // backend frees their sequences at its next step.
@@ -22,6 +23,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,27 +43,31 @@ struct ServerOptions {
     std::string alias = "model";     // the model's name in /v1/models and in responses
     size_t max_body = 8u << 20;      // bytes; larger bodies get 413
     int max_queue = 64;              // jobs waiting in the backend; more get 503
+    int threads = 64;                // HTTP worker threads: a streaming client holds one for its whole reply
 };
 
 // One piece of a choice's output, or its end.
 struct GenPiece {
     std::string content, reasoning;  // text to add (chat: the answer and the reasoning apart)
     ojson tool_calls;                // chat: complete tool calls, OpenAI's shape (null: none)
+    ojson logprobs;                  // with logprobs asked for: one entry per token of this piece (openai_response.h)
     bool done = false;
     std::string finish_reason;       // with done: stop | length | tool_calls
     ApiUsage usage;                  // with done: this choice's token counts
 };
 
-// The pieces of one choice, pushed by the backend's thread, popped by the HTTP thread.
+// The pieces of one choice, pushed by the backend's thread, popped by the HTTP thread. A backend may derive its own
+// (the engine's hands over token ids and turns them into text in pop(), on the HTTP thread).
 class GenJob {
 public:
+    virtual ~GenJob() = default;
     void push(GenPiece p) {
         std::lock_guard<std::mutex> lock(m_);
         q_.push_back(std::move(p));
         cv_.notify_all();
     }
     // The next piece, waiting up to `wait`; false on time-out.
-    bool pop(GenPiece& p, std::chrono::milliseconds wait) {
+    virtual bool pop(GenPiece& p, std::chrono::milliseconds wait) {
         std::unique_lock<std::mutex> lock(m_);
         if (!cv_.wait_for(lock, wait, [&] { return !q_.empty(); })) return false;
         p = std::move(q_.front());
@@ -85,6 +91,17 @@ public:
     // request it cannot run (a prompt over the context: 400 with the counts).
     virtual std::shared_ptr<GenJob> submit(const ApiRequest& r, int choice) = 0;
     virtual int queued() const = 0;  // jobs not yet running
+    // POST /tokenize and /detokenize; a backend without a tokenizer throws ApiError.
+    virtual std::vector<int> tokenize(const std::string& text, bool add_special) {
+        (void)text, (void)add_special;
+        throw ApiError{501, "this server has no tokenizer", "invalid_request_error", "", ""};
+    }
+    virtual std::string detokenize(const std::vector<int>& ids) {
+        (void)ids;
+        throw ApiError{501, "this server has no tokenizer", "invalid_request_error", "", ""};
+    }
+    virtual std::string metrics() { return ""; }  // Prometheus lines of its own (queue, KV blocks, tokens, steps)
+    virtual bool draining() const { return false; }  // shutting down: new requests get 503
 };
 
 class ApiServer {
@@ -129,8 +146,17 @@ private:
         return e;
     }
 
+    std::mutex counts_m_;
+    std::map<int, long> by_status_;  // responses sent, by HTTP status
+
     void routes() {
+        const int threads = std::max(2, o_.threads);
+        http_.new_task_queue = [threads] { return new httplib::ThreadPool((size_t)threads); };
         http_.set_payload_max_length(o_.max_body);
+        http_.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+            std::lock_guard<std::mutex> lock(counts_m_);
+            by_status_[res.status]++;
+        });
         // Statuses httplib sets itself (413, 404 for unknown paths, ...) get OpenAI's error body too.
         http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
             if (!res.body.empty()) return;
@@ -146,6 +172,47 @@ private:
         });
         http_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, ApiEndpoint::Chat); });
         http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, ApiEndpoint::Completions); });
+        http_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokens(req, res, true); });
+        http_.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { tokens(req, res, false); });
+        http_.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+            if (!authorized(req, res)) return;
+            std::string out = "# HELP monocu_http_responses_total HTTP responses sent, by status\n# TYPE monocu_http_responses_total counter\n";
+            {
+                std::lock_guard<std::mutex> lock(counts_m_);
+                for (const auto& [status, n] : by_status_) out += "monocu_http_responses_total{status=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";
+            }
+            res.set_content(out + b_.metrics(), "text/plain; version=0.0.4");
+        });
+    }
+
+    // POST /tokenize {"content": text, "add_special": bool} -> {"tokens": [...]}; POST /detokenize {"tokens": [...]} ->
+    // {"content": text}.
+    void tokens(const httplib::Request& req, httplib::Response& res, bool encode) {
+        if (!authorized(req, res)) return;
+        try {
+            ojson j = ojson::parse(req.body, nullptr, false, true);
+            if (j.is_discarded() || !j.is_object()) throw error(400, "the request body must be a JSON object");
+            if (encode) {
+                if (!j.contains("content") || !j["content"].is_string()) throw error(400, "'content' must be a string", "invalid_request_error", "", "content");
+                bool special = false;
+                if (j.contains("add_special")) {
+                    if (!j["add_special"].is_boolean()) throw error(400, "'add_special' must be a boolean", "invalid_request_error", "", "add_special");
+                    special = j["add_special"].get<bool>();
+                }
+                res.set_content(ojson{{"tokens", b_.tokenize(j["content"].get<std::string>(), special)}}.dump(), "application/json");
+            } else {
+                if (!j.contains("tokens") || !j["tokens"].is_array()) throw error(400, "'tokens' must be an array of token ids", "invalid_request_error", "", "tokens");
+                std::vector<int> ids;
+                for (const auto& t : j["tokens"]) {
+                    if (!t.is_number_integer() || t.get<long long>() < 0 || t.get<long long>() > INT32_MAX)
+                        throw error(400, "'tokens' must hold token ids (integers >= 0), not " + t.dump(), "invalid_request_error", "", "tokens");
+                    ids.push_back((int)t.get<long long>());
+                }
+                res.set_content(ojson{{"content", b_.detokenize(ids)}}.dump(-1, ' ', false, ojson::error_handler_t::replace), "application/json");
+            }
+        } catch (const ApiError& e) {
+            send_error(res, e);
+        }
     }
 
     bool authorized(const httplib::Request& req, httplib::Response& res) {
@@ -163,6 +230,7 @@ private:
             if (!r.model.empty() && r.model != o_.alias)
                 throw error(404, "model '" + r.model + "' is not served here (this server has '" + o_.alias + "')", "invalid_request_error",
                             "model_not_found", "model");
+            if (b_.draining()) throw error(503, "the server is shutting down", "server_error", "shutting_down");
             if (b_.queued() + r.n > o_.max_queue) {
                 res.set_header("Retry-After", "1");
                 throw error(503, "the server is busy; try again shortly", "server_error", "overloaded");
@@ -175,7 +243,7 @@ private:
         }
         const bool chat = ep == ApiEndpoint::Chat;
         ApiResponseHead head{(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++), created_, o_.alias};
-        if (!r.stream) return respond_whole(res, head, jobs, chat);
+        if (!r.stream) return respond_whole(res, head, jobs, chat, r.logprobs);
         res.set_header("Cache-Control", "no-cache");
         res.set_chunked_content_provider("text/event-stream", [this, r, head, jobs, chat](size_t, httplib::DataSink& sink) {
             return stream(sink, r, head, jobs, chat);  // false: the client went away
@@ -185,16 +253,19 @@ private:
     }
 
     // Collects every choice to its end, then one JSON body.
-    void respond_whole(httplib::Response& res, const ApiResponseHead& head, const std::vector<std::shared_ptr<GenJob>>& jobs, bool chat) {
+    void respond_whole(httplib::Response& res, const ApiResponseHead& head, const std::vector<std::shared_ptr<GenJob>>& jobs, bool chat,
+                       bool logprobs) {
         std::vector<ApiChoice> choices;
         ApiUsage usage;
         for (const auto& j : jobs) {
             std::string content, reasoning;
-            ojson calls = ojson::array();
+            ojson calls = ojson::array(), entries = ojson::array();
             GenPiece p;
             while (true) {
                 while (!j->pop(p, std::chrono::milliseconds(100))) {}
                 content += p.content, reasoning += p.reasoning;
+                if (p.logprobs.is_array())
+                    for (const auto& e : p.logprobs) entries.push_back(e);
                 if (p.tool_calls.is_array())
                     for (const auto& c : p.tool_calls) calls.push_back(c);
                 if (p.done) break;
@@ -203,6 +274,8 @@ private:
             usage.completion_tokens += p.usage.completion_tokens;
             ApiChoice c;
             c.finish_reason = p.finish_reason;
+            size_t offset = 0;
+            if (logprobs) c.logprobs = chat ? chat_logprobs(entries) : completion_logprobs(entries, offset);
             if (chat) {
                 c.message = ojson{{"role", "assistant"}, {"content", content}};
                 if (!reasoning.empty()) c.message["reasoning_content"] = reasoning;
@@ -221,6 +294,7 @@ private:
                 bool chat) {
         auto send = [&](const std::string& event) { return sink.write(event.data(), event.size()); };
         std::vector<bool> done(jobs.size(), false);
+        std::vector<size_t> offsets(jobs.size(), 0);  // completions' logprobs: each choice's text so far
         ApiUsage usage;
         size_t left = jobs.size();
         if (chat)
@@ -234,6 +308,7 @@ private:
                     continue;
                 }
                 bool ok = true;
+                const bool lp = r.logprobs && p.logprobs.is_array() && !p.logprobs.empty();
                 if (chat) {
                     ojson delta = ojson::object();
                     if (!p.reasoning.empty()) delta["reasoning_content"] = p.reasoning;
@@ -243,10 +318,11 @@ private:
                         for (size_t k = 0; k < calls.size(); k++) calls[k]["index"] = k;
                         delta["tool_calls"] = calls;
                     }
-                    if (!delta.empty()) ok = send(sse(chat_chunk(head, (int)i, delta, nullptr)));
+                    if (!delta.empty() || lp) ok = send(sse(chat_chunk(head, (int)i, delta, nullptr, lp ? chat_logprobs(p.logprobs) : ojson())));
                     if (ok && p.done) ok = send(sse(chat_chunk(head, (int)i, nullptr, p.finish_reason.c_str())));
                 } else {
-                    if (!p.content.empty()) ok = send(sse(text_chunk(head, (int)i, p.content, nullptr)));
+                    if (!p.content.empty() || lp)
+                        ok = send(sse(text_chunk(head, (int)i, p.content, nullptr, lp ? completion_logprobs(p.logprobs, offsets[i]) : ojson())));
                     if (ok && p.done) ok = send(sse(text_chunk(head, (int)i, "", p.finish_reason.c_str())));
                 }
                 if (!ok) return cancel_all(jobs);

@@ -55,6 +55,9 @@ struct ApiRequest {
     double temperature = 1.0, top_p = 1.0, min_p = 0.0;
     int top_k = 0;                          // 0: off (an extension, as llama-server takes it)
     double presence_penalty = 0.0, frequency_penalty = 0.0, repetition_penalty = 1.0;
+    // Which sampling fields the request gave (the server takes its own defaults, the checkpoint's generation_config,
+    // for the others).
+    bool temperature_set = false, top_p_set = false, min_p_set = false, top_k_set = false, repetition_penalty_set = false;
     uint64_t seed = 0;
     bool seed_set = false;
     std::vector<std::string> stop;          // up to 4, none empty
@@ -171,13 +174,14 @@ inline ApiRequest parse_api_request(const std::string& body, ApiEndpoint endpoin
     }
     if (has("max_completion_tokens")) r.max_tokens = (int)integer(j["max_completion_tokens"], "max_completion_tokens", 1, 1 << 30);
     else if (has("max_tokens")) r.max_tokens = (int)integer(j["max_tokens"], "max_tokens", 1, 1 << 30);
-    if (has("temperature")) r.temperature = number(j["temperature"], "temperature", 0, 2);
-    if (has("top_p")) r.top_p = number(j["top_p"], "top_p", 0, 1);
-    if (has("min_p")) r.min_p = number(j["min_p"], "min_p", 0, 1);
-    if (has("top_k")) r.top_k = (int)integer(j["top_k"], "top_k", 0, 1 << 30);
+    if (has("temperature")) r.temperature = number(j["temperature"], "temperature", 0, 2), r.temperature_set = true;
+    if (has("top_p")) r.top_p = number(j["top_p"], "top_p", 0, 1), r.top_p_set = true;
+    if (has("min_p")) r.min_p = number(j["min_p"], "min_p", 0, 1), r.min_p_set = true;
+    if (has("top_k")) r.top_k = (int)integer(j["top_k"], "top_k", 0, 1 << 30), r.top_k_set = true;
     if (has("presence_penalty")) r.presence_penalty = number(j["presence_penalty"], "presence_penalty", -2, 2);
     if (has("frequency_penalty")) r.frequency_penalty = number(j["frequency_penalty"], "frequency_penalty", -2, 2);
-    if (has("repetition_penalty")) r.repetition_penalty = number(j["repetition_penalty"], "repetition_penalty", 0.001, 100);
+    if (has("repetition_penalty"))
+        r.repetition_penalty = number(j["repetition_penalty"], "repetition_penalty", 0.001, 100), r.repetition_penalty_set = true;
     if (has("seed")) r.seed = (uint64_t)integer(j["seed"], "seed", 0, (1L << 53)), r.seed_set = true;
     if (has("n")) r.n = (int)integer(j["n"], "n", 1, 128);
     if (has("stream")) r.stream = boolean(j["stream"], "stream");

@@ -89,6 +89,26 @@ inline ojson text_chunk(const ApiResponseHead& h, int index, const std::string& 
     return r;
 }
 
+// Logprobs. The server keeps each token's in chat's shape, {"token", "logprob", "bytes", "top_logprobs": [{"token",
+// "logprob", "bytes"}]}; chat returns them as {"content": [...], "refusal": null}, completions in the legacy shape
+// below: the tokens, their logprobs, a {token: logprob} object per position and each token's offset in the text
+// (`offset`: the text's length before these tokens; moved past them).
+inline ojson chat_logprobs(const ojson& entries) { return ojson{{"content", entries}, {"refusal", nullptr}}; }
+
+inline ojson completion_logprobs(const ojson& entries, size_t& offset) {
+    ojson tokens = ojson::array(), lps = ojson::array(), tops = ojson::array(), offsets = ojson::array();
+    for (const auto& e : entries) {
+        tokens.push_back(e["token"]);
+        lps.push_back(e["logprob"]);
+        ojson top = ojson::object();
+        for (const auto& t : e["top_logprobs"]) top[t["token"].get<std::string>()] = t["logprob"];
+        tops.push_back(top);
+        offsets.push_back(offset);
+        offset += e["bytes"].size();
+    }
+    return ojson{{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 // One server-sent event carrying a JSON body (invalid UTF-8 in generated text becomes U+FFFD rather than an
 // exception), and the stream's end.
 inline std::string sse(const ojson& body) {
