@@ -135,3 +135,26 @@ TEST_CASE("chat: the thinking switch, errors the templates raise, and a checkpoi
         MESSAGE("skipped: llama2 tokenizer absent");
     }
 }
+
+TEST_CASE("chat: --chat-template-file replaces the checkpoint's template, keeping its special tokens; JSON messages") {
+    // The shipped model has no chat template; a file gives it one.
+    CHECK(ChatTemplate::load("models/pycoder-13m").empty());
+    ChatTemplate ct = ChatTemplate::load("models/pycoder-13m", "tests/data/templates/qwen2.5-0.5b-instruct.jinja");
+    REQUIRE_FALSE(ct.empty());
+    std::string r = render_chat(ct, {{"user", "hi"}});
+    CHECK(r.find("<|im_start|>user\nhi<|im_end|>") != std::string::npos);
+    CHECK(error_of([&] { ChatTemplate::load("models/pycoder-13m", "tests/data/templates/nope.jinja"); }) ==
+          "--chat-template-file tests/data/templates/nope.jinja: cannot read it");
+    // encode_chat_json: a tool call's turn and its result, as the server hands them over.
+    Tokenizer tok = Tokenizer::load("models/pycoder-13m");
+    nlohmann::ordered_json msgs = nlohmann::ordered_json::parse(R"([
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "rain"}])");
+    std::string text = ct.render(msgs, chat_kwargs(ChatOptions()));
+    CHECK(text.find("get_weather") != std::string::npos);
+    CHECK(text.find("rain") != std::string::npos);
+    CHECK(encode_chat_json(tok, ct, msgs) == tok.encode(text));
+    CHECK(error_of([&] { encode_chat_json(tok, ct, nlohmann::ordered_json::array()); }).find("no messages") != std::string::npos);
+}

@@ -114,6 +114,8 @@ TEST_CASE("bad flags and values are one-line usage errors naming the flag") {
     CHECK(usage_error({"-m", "d", "--port", "80", "--bench"}) == "give only one of -cnv, -i, --bench and --port");
     CHECK(usage_error({"-m", "d", "-p", "x", "--api-key", "k"}) == "--host, --api-key and --alias go with --port");
     CHECK(usage_error({"-m", "d", "--port", "80", "--host", ""}) == "--host: an empty address");
+    CHECK(parse({"-m", "d", "--port", "80", "--chat-template-file", "t.jinja"}).chat_template_file == "t.jinja");
+    CHECK(usage_error({"-m", "d", "-p", "x", "--raw", "--chat-template-file", "t"}) == "--raw and --chat-template-file contradict each other");
     CHECK(usage_error({"-p", "x"}) == "-m MODEL_DIR is required");
     CHECK(usage_error({"-m", "d"}) == "give a prompt with -p, -f or --ids (or -cnv, -i FILE, --bench, --port N)");
     CHECK(usage_error({"-m", "d", "-p", "x", "-f", "y"}) == "give only one of -p, -f and --ids");

@@ -35,6 +35,7 @@ struct Options {
     std::string system;       // --system: system message for the chat template
     std::string tools_file;   // --tools: OpenAI function schemas (a JSON list) for the chat template
     std::string tools_json;   // ... that file's text, read and checked by the runner before the GPU
+    std::string chat_template_file;  // --chat-template-file: a Jinja chat template instead of the checkpoint's
     int n_predict = -1;       // -n: tokens to generate; -1 = until an end-of-generation token or a full context
     int ctx_size = 0;         // -c: 0 = min(4096, max_position_embeddings)
     double temp = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0;
@@ -91,6 +92,7 @@ inline void print_usage(FILE* out, const char* engine) {
                  "      --tools FILE       tools the model may call: a JSON list of OpenAI function schemas, given to\n"
                  "                         the chat template; the calls it makes are shown apart (-cnv) or returned (-i)\n"
                  "      --raw              no chat template: the prompt is the raw text\n"
+                 "      --chat-template-file FILE  a Jinja chat template to use instead of the checkpoint's\n"
                  "      --no-think         Qwen3: render the template with enable_thinking=False\n"
                  "      --hide-reasoning   a reply's reasoning (<think>, gpt-oss's analysis channel) is not printed\n"
                  "      --show-reasoning   it is, dimmed on a terminal (the default)\n"
@@ -240,6 +242,7 @@ inline Options parse_cli(int argc, char** argv) {
         else if (a == "-np" || a == "--parallel") o.parallel = static_cast<int>(parse_int(a, value(), 1, 1024));
         else if (a == "--batch-tokens") o.batch_tokens = static_cast<int>(parse_int(a, value(), 1, 16384));
         else if (a == "--kv-blocks") o.kv_blocks = static_cast<int>(parse_int(a, value(), 2, kIntMax));
+        else if (a == "--chat-template-file") o.chat_template_file = value();
         else if (a == "--port") o.port = static_cast<int>(parse_int(a, value(), 1, 65535));
         else if (a == "--host") o.host = value();
         else if (a == "--api-key") o.api_key = value();
@@ -266,6 +269,7 @@ inline Options parse_cli(int argc, char** argv) {
     if (!o.in_file.empty() && !o.dump_dir.empty()) die_usage("--dump-dir does not go with -i");
     if (o.chat && !o.dump_dir.empty()) die_usage("--dump-dir does not go with -cnv");
     if (o.chat && o.raw) die_usage("-cnv needs the chat template (not --raw)");
+    if (o.raw && !o.chat_template_file.empty()) die_usage("--raw and --chat-template-file contradict each other");
     if (o.quiet && o.verbose) die_usage("-q and -v contradict each other");
     if (!o.timeline_file.empty() && !o.bench) die_usage("--timeline needs --bench");
     if (o.dump_inputs && o.dump_dir.empty()) die_usage("--dump-inputs needs --dump-dir");

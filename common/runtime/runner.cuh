@@ -138,7 +138,8 @@ int engine_main(int argc, char** argv) {
         if (!o.bench && (!ids_only || path_exists(o.model + "/tokenizer.json")))
             tok = std::make_unique<Tokenizer>(Tokenizer::load(o.model));
         ChatTemplate ct;  // the checkpoint's own (tokenizer/chat_template.h): parsed now, so a broken one is said now
-        if (tok) ct = ChatTemplate::load(o.model);
+        if (tok) ct = ChatTemplate::load(o.model, o.chat_template_file);
+        if (!tok && !o.chat_template_file.empty()) die("%s: --chat-template-file needs tokenizer.json", o.model.c_str());
         if (!o.tools_file.empty()) o.tools_json = read_tools_file(o.tools_file);
         if (!o.force_routing.empty() && !path_is_dir(o.force_routing)) die("--force-routing %s: no such folder", o.force_routing.c_str());
         if (o.chat && ct.empty()) die("%s: -cnv needs a chat template (tokenizer_config.json or chat_template.jinja has none)", o.model.c_str());

@@ -44,7 +44,9 @@ public:
     // the config's), else tokenizer_config.json's chat_template; special tokens from tokenizer_config.json,
     // overridden by special_tokens_map.json where that file exists (transformers' order). A folder with no
     // template gives an empty() ChatTemplate; a malformed config is an error.
-    static ChatTemplate load(const std::string& model_dir) {
+    // template_file: a template of the user's instead of the checkpoint's (--chat-template-file), with the checkpoint's
+    // special tokens.
+    static ChatTemplate load(const std::string& model_dir, const std::string& template_file = "") {
         ChatTemplate ct;
         std::string config_path = model_dir + "/tokenizer_config.json", text;
         ojson config = ojson::object();
@@ -59,6 +61,11 @@ public:
             if (m.is_discarded() || !m.is_object()) die("%s: not a JSON object", map_path.c_str());
             ojson overrides = special_tokens_of(m, map_path);
             for (auto& kv : overrides.items()) ct.special_[kv.key()] = kv.value();
+        }
+        if (!template_file.empty()) {
+            if (!read(template_file, text)) die("--chat-template-file %s: cannot read it", template_file.c_str());
+            ct.add("default", text, template_file);
+            return ct;
         }
         std::string jinja_path = model_dir + "/chat_template.jinja";
         if (read(jinja_path, text)) {
