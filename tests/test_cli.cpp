@@ -115,6 +115,9 @@ TEST_CASE("bad flags and values are one-line usage errors naming the flag") {
     CHECK(usage_error({"-m", "d", "-p", "x", "--api-key", "k"}) == "--host, --api-key and --alias go with --port");
     CHECK(usage_error({"-m", "d", "--port", "80", "--host", ""}) == "--host: an empty address");
     CHECK(parse({"-m", "d", "--port", "80", "--chat-template-file", "t.jinja"}).chat_template_file == "t.jinja");
+    CHECK(parse({"-m", "d", "-p", "x", "--presence-penalty", "0.5", "--frequency-penalty", "-1"}).presence_penalty == 0.5);
+    CHECK(parse({"-m", "d", "-p", "x", "--frequency-penalty", "-1"}).frequency_penalty == -1);
+    CHECK(usage_error({"-m", "d", "-p", "x", "--presence-penalty", "3"}) == "--presence-penalty: 3 is out of range [-2, 2]");
     CHECK(usage_error({"-m", "d", "-p", "x", "--raw", "--chat-template-file", "t"}) == "--raw and --chat-template-file contradict each other");
     CHECK(usage_error({"-p", "x"}) == "-m MODEL_DIR is required");
     CHECK(usage_error({"-m", "d"}) == "give a prompt with -p, -f or --ids (or -cnv, -i FILE, --bench, --port N)");

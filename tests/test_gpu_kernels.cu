@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "ops/attention.cuh"
 #include "ops/kv_cache.cuh"
@@ -1307,5 +1308,70 @@ TEST_CASE("sampling: top-k / top-p / min-p survivors and draw frequencies match 
             again.push_back(DeviceVec<int>::download_one(s.d_token));
         }
         CHECK(again == first_run);
+    }
+}
+
+// Greedy choices under repetition, presence and frequency penalties, step after step, against a CPU reference that
+// counts the generated tokens; the same through sample() at top-k 1, and through a BatchSampler slot restarted with
+// generated tokens behind it (preemption).
+TEST_CASE("penalties: repetition over prompt and output, presence and frequency over the generated tokens") {
+    GpuMemory mem;
+    Rng r(23);
+    const int vocab = 3000, steps = 40;
+    auto logits = random_floats(vocab, r, 1.f);
+    for (int i = 0; i < 12; i++) logits[(i * 241) % vocab] = 4.f + 0.137f * (float)i;  // a dozen strong candidates (no penalty
+                                                                                          // sum lands on a spacing: no ties)
+    DeviceVec<float> d_l(logits);
+    std::vector<int> prompt = {241, 482, 7, 2891};
+    DeviceVec<int> d_prompt(prompt);
+    struct Case {
+        float rep, presence, frequency, temperature;
+        int top_k;
+    } cases[] = {{1.f, 0.7f, 0.f, 0.f, 0}, {1.f, 0.f, 0.45f, 0.f, 0}, {1.3f, 0.3f, 0.2f, 0.f, 0}, {1.f, 0.2f, 0.35f, 1.f, 1}, {1.f, -0.5f, 0.f, 0.f, 0}};
+    for (const Case& c : cases) {
+        CAPTURE(c.presence);
+        CAPTURE(c.frequency);
+        SamplingParams p;
+        p.repetition_penalty = c.rep, p.presence_penalty = c.presence, p.frequency_penalty = c.frequency;
+        p.temperature = c.temperature, p.top_k = c.top_k, p.seed = 5;
+        // Reference: counts of generated tokens, prompt marks.
+        std::vector<int> count(vocab, 0), want;
+        std::vector<bool> in_prompt(vocab, false);
+        for (int t : prompt) in_prompt[t] = true;
+        for (int s = 0; s < steps; s++) {
+            int best = -1;
+            double bv = -1e30;
+            for (int i = 0; i < vocab; i++) {
+                double l = logits[i];
+                if (c.rep != 1.f && (in_prompt[i] || count[i])) l = l > 0 ? l / c.rep : l * c.rep;
+                if (count[i]) l -= c.presence + c.frequency * count[i];
+                if (l > bv) bv = l, best = i;
+            }
+            want.push_back(best);
+            count[best]++;
+        }
+        Sampler smp = sampler_create(vocab, mem, 0);
+        sampler_mark_seen(smp, d_prompt.p, (int)prompt.size(), 0);
+        std::vector<int> got;
+        for (int s = 0; s < steps; s++) {
+            sample(smp, p, d_l.p, 0);
+            got.push_back(DeviceVec<int>::download_one(smp.d_token));
+        }
+        CHECK(got == want);
+        std::set<int> distinct(want.begin(), want.end());
+        if (c.presence > 0 || c.frequency > 0) CHECK(distinct.size() > 3);  // the penalties move the choice around
+        // The batched sampler, restarted after 15 generated tokens: the rest must follow the same path.
+        BatchSampler b = batch_sampler_create(vocab, 3, 2, mem, 0);
+        std::vector<int> start = prompt;
+        start.insert(start.end(), want.begin(), want.begin() + 15);
+        DeviceVec<int> d_start(start);
+        batch_sampler_start(b, 2, d_start.p, (int)start.size(), 15, 0);
+        Sampler row = batch_sampler_row(b, 2, 1);
+        std::vector<int> rest;
+        for (int s = 15; s < steps; s++) {
+            sample(row, p, d_l.p, 0);
+            rest.push_back(DeviceVec<int>::download_one(b.tokens + 1));
+        }
+        CHECK(rest == std::vector<int>(want.begin() + 15, want.end()));
     }
 }

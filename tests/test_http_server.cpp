@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <atomic>
 #include <sstream>
 #include <thread>
@@ -237,5 +238,65 @@ TEST_CASE("http: tokenize, detokenize, metrics and a draining server") {
     REQUIRE(r);
     CHECK(r->status == 503);
     CHECK(ojson::parse(r->body)["error"]["code"] == "shutting_down");
+    s.stop();
+}
+
+// The page at / in headless Chromium (Debian's chromium-headless-shell; skipped without it): /?prompt= sends a
+// message on load; the streamed reply, its folded reasoning and the token rate must be in the page after it ran.
+TEST_CASE("http: the chat page streams a reply, reasoning folded, tokens per second shown (headless Chromium)") {
+    const char* browser = "/usr/bin/chromium-headless-shell";
+    if (!std::ifstream(browser).good()) {
+        MESSAGE("skipped: no ", browser, " (apt-get install chromium-headless-shell)");
+        return;
+    }
+    struct Thinker : EchoBackend {
+        std::shared_ptr<GenJob> submit(const ApiRequest& r, int) override {
+            submitted++;
+            auto job = std::make_shared<GenJob>();
+            std::string said = r.messages.back()["content"].get<std::string>();
+            threads.emplace_back([job, said] {
+                const char* thoughts[] = {"The user ", "says ", said.c_str()};
+                const char* words[] = {"Hello ", "from ", "the ", "page."};
+                for (const char* t : thoughts) {
+                    GenPiece p;
+                    p.reasoning = t;
+                    job->push(p);
+                }
+                for (const char* w : words) {
+                    GenPiece p;
+                    p.content = w;
+                    job->push(p);
+                }
+                GenPiece end;
+                end.done = true, end.finish_reason = "stop", end.usage = ApiUsage{9, 7};
+                job->push(end);
+            });
+            return job;
+        }
+    } b;
+    ApiServer s(ServerOptions{"127.0.0.1", 0, "", "page-model"}, b);
+    int port = s.start();
+    httplib::Client c("127.0.0.1", port);
+    auto page = c.Get("/");
+    REQUIRE(page);
+    CHECK(page->status == 200);
+    CHECK(page->get_header_value("Content-Type").find("text/html") == 0);
+    std::string cmd = std::string(browser) + " --no-sandbox --disable-gpu --virtual-time-budget=20000 --dump-dom 'http://127.0.0.1:" +
+                      std::to_string(port) + "/?prompt=knock%20knock' 2>/dev/null";
+    FILE* f = popen(cmd.c_str(), "r");
+    REQUIRE(f);
+    std::string dom;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) dom.append(buf, n);
+    pclose(f);
+    CAPTURE(dom.substr(dom.find("<div id=\"log\">") == std::string::npos ? 0 : dom.find("<div id=\"log\">"), 1500));
+    CHECK(dom.find("<div class=\"msg user\">knock knock</div>") != std::string::npos);  // the message
+    CHECK(dom.find("Hello from the page.") != std::string::npos);                       // the reply, streamed
+    CHECK(dom.find("<summary>reasoning</summary><div>The user says knock knock</div>") != std::string::npos);  // folded
+    CHECK(dom.find("7 tokens") != std::string::npos);                                   // usage from the stream
+    CHECK(dom.find("tok/s") != std::string::npos);
+    CHECK(dom.find("(stop)") != std::string::npos);
+    CHECK(dom.find("page-model") != std::string::npos);                                 // /v1/models
+    CHECK(b.submitted == 1);
     s.stop();
 }

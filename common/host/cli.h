@@ -39,6 +39,7 @@ struct Options {
     int n_predict = -1;       // -n: tokens to generate; -1 = until an end-of-generation token or a full context
     int ctx_size = 0;         // -c: 0 = min(4096, max_position_embeddings)
     double temp = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0;
+    double presence_penalty = 0.0, frequency_penalty = 0.0;  // OpenAI's, over the generated tokens
     int top_k = 40;
     bool temp_set = false, top_p_set = false, min_p_set = false, repeat_penalty_set = false, top_k_set = false;
     uint64_t seed = 0;
@@ -103,6 +104,8 @@ inline void print_usage(FILE* out, const char* engine) {
                  "      --top-p P          nucleus sampling; 1 = off (default: generation_config, else 0.95)\n"
                  "      --min-p P          drop tokens below P x the top probability; 0 = off (default 0.05)\n"
                  "      --repeat-penalty F penalise tokens already in the prompt or output, as transformers does (1 = off)\n"
+                 "      --presence-penalty F  subtract F from tokens generated so far (OpenAI's; default 0)\n"
+                 "      --frequency-penalty F subtract F x the times a token was generated so far (OpenAI's; default 0)\n"
                  "  -s, --seed N           sampling seed (default: from the clock)\n"
                  "      --dtype T          weights on the GPU: bf16 | fp8 | int4 (default bf16)\n"
                  "      --kv-type T        KV cache: bf16 | fp8 (default bf16)\n"
@@ -215,6 +218,8 @@ inline Options parse_cli(int argc, char** argv) {
         else if (a == "--top-p") { o.top_p = parse_real(a, value(), 0, 1); o.top_p_set = true; }
         else if (a == "--min-p") { o.min_p = parse_real(a, value(), 0, 1); o.min_p_set = true; }
         else if (a == "--repeat-penalty") { o.repeat_penalty = parse_real(a, value(), 1e-3, 100); o.repeat_penalty_set = true; }
+        else if (a == "--presence-penalty") o.presence_penalty = parse_real(a, value(), -2, 2);
+        else if (a == "--frequency-penalty") o.frequency_penalty = parse_real(a, value(), -2, 2);
         else if (a == "-s" || a == "--seed") {
             const char* s = value();
             if (s[0] == '-') die_usage("%s: '%s' must be a non-negative integer", a.c_str(), s);

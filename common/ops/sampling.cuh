@@ -9,7 +9,8 @@
 // *s.d_token.
 //
 // Semantics, in transformers' order (generation/logits_process.py):
-//   1. repetition penalty over every token seen so far: logit > 0 ? logit / p : logit * p
+//   1. repetition penalty over every token seen so far: logit > 0 ? logit / p : logit * p; then OpenAI's presence and
+//      frequency penalties over the generated tokens (as vLLM applies them): logit - presence - frequency x count
 //   2. temperature: logit / T (T == 0 means greedy: argmax, lowest index on ties, as torch.argmax)
 //   3. top-k: keep the k largest (exactly k; transformers also keeps ties with the k-th value)
 //   4. top-p: keep the shortest prefix, in descending probability, whose mass reaches p (a token is kept
@@ -34,7 +35,9 @@ struct SamplingParams {
     float temperature = 0.f;  // 0: greedy
     int top_k = 0;            // 0: off
     float top_p = 1.f, min_p = 0.f, repetition_penalty = 1.f;
+    float presence_penalty = 0.f, frequency_penalty = 0.f;  // OpenAI's, over the generated tokens
     uint64_t seed = 0;
+    bool penalised() const { return repetition_penalty != 1.f || presence_penalty != 0.f || frequency_penalty != 0.f; }
 };
 
 struct Sampler {
@@ -44,7 +47,7 @@ struct Sampler {
     int* ids = nullptr;              // [vocab] 0..vocab-1
     int* sorted_ids = nullptr;       // [vocab]
     float* cum = nullptr;            // [vocab] running sum of 2^(sorted - max) in sorted order
-    unsigned char* seen = nullptr;   // [vocab] 1 if the token is in the prompt or output
+    unsigned char* seen = nullptr;   // [vocab] 0: not seen; 1: in the prompt only; 1 + k: generated k times (k <= 254)
     float2* partial = nullptr;       // [kArgmaxBlocks] (value, index) per argmax block
     void* cub_temp = nullptr;
     size_t cub_temp_bytes = 0;
@@ -60,7 +63,12 @@ static __global__ void iota_kernel(int* ids, int n) {
 }
 static __global__ void mark_seen_kernel(const int* ids, int n, unsigned char* seen, int vocab) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-        if (ids[i] >= 0 && ids[i] < vocab) seen[ids[i]] = 1;
+        if (ids[i] >= 0 && ids[i] < vocab && seen[ids[i]] == 0) seen[ids[i]] = 1;  // (a generated token keeps its count)
+}
+// A generated token: one more in its count (the prompt's mark becomes a count of 1).
+__device__ __forceinline__ void seen_generated(unsigned char* seen, int token) {
+    unsigned c = seen[token];
+    seen[token] = (unsigned char)min(255u, max(c, 1u) + 1u);
 }
 static __global__ void reset_sampler_kernel(unsigned char* seen, int vocab, unsigned long long* step) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < vocab; i += gridDim.x * blockDim.x) seen[i] = 0;
@@ -150,7 +158,7 @@ static __global__ void argmax_final_kernel(const float2* __restrict__ partial, i
     block_argmax(v, idx);
     if (threadIdx.x == 0) {
         *token = idx;
-        seen[idx] = 1;
+        seen_generated(seen, idx);
         *kept = 1;
     }
 }
@@ -158,10 +166,13 @@ static __global__ void argmax_final_kernel(const float2* __restrict__ partial, i
 // ---- sampling ----
 
 static __global__ void penalty_temperature_kernel(const float* __restrict__ logits, const unsigned char* __restrict__ seen,
-                                                  float penalty, float inv_temp, float* __restrict__ out, int n) {
+                                                  float penalty, float presence, float frequency, float inv_temp,
+                                                  float* __restrict__ out, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         float l = logits[i];
-        if (penalty != 1.f && seen[i]) l = l > 0.f ? l / penalty : l * penalty;
+        const int c = seen[i];
+        if (penalty != 1.f && c) l = l > 0.f ? l / penalty : l * penalty;
+        if (c > 1) l -= presence + frequency * (float)(c - 1);
         out[i] = l * inv_temp;
     }
 }
@@ -234,7 +245,7 @@ static __global__ void __launch_bounds__(kPickThreads)
     float u = (float)(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
     int pick = min(n - 1, lower_bound(cum, n, u * cum[n - 1]));  // first token whose running sum reaches u S
     *token = sorted_ids[pick];
-    seen[*token] = 1;
+    seen_generated(seen, *token);
     *kept = n;
     *step += 1;
 }
@@ -242,8 +253,9 @@ static __global__ void __launch_bounds__(kPickThreads)
 inline void sample(Sampler& s, const SamplingParams& p, const float* logits, cudaStream_t stream) {
     if (p.temperature <= 0.f) {
         const float* src = logits;
-        if (p.repetition_penalty != 1.f) {
-            penalty_temperature_kernel<<<CEIL_DIV(s.vocab, 256), 256, 0, stream>>>(logits, s.seen, p.repetition_penalty, 1.f, s.work, s.vocab);
+        if (p.penalised()) {
+            penalty_temperature_kernel<<<CEIL_DIV(s.vocab, 256), 256, 0, stream>>>(logits, s.seen, p.repetition_penalty, p.presence_penalty,
+                                                                                  p.frequency_penalty, 1.f, s.work, s.vocab);
             LAUNCH_CHECK();
             src = s.work;
         }
@@ -251,8 +263,8 @@ inline void sample(Sampler& s, const SamplingParams& p, const float* logits, cud
         launch(argmax_final_kernel, 1, kArgmaxThreads, 0, stream, s.partial, s.d_token, s.seen, s.d_kept);
         return;
     }
-    penalty_temperature_kernel<<<CEIL_DIV(s.vocab, 256), 256, 0, stream>>>(logits, s.seen, p.repetition_penalty,
-                                                                          1.f / p.temperature, s.work, s.vocab);
+    penalty_temperature_kernel<<<CEIL_DIV(s.vocab, 256), 256, 0, stream>>>(logits, s.seen, p.repetition_penalty, p.presence_penalty,
+                                                                          p.frequency_penalty, 1.f / p.temperature, s.work, s.vocab);
     LAUNCH_CHECK();
     size_t bytes = s.cub_temp_bytes;
     CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(s.cub_temp, bytes, s.work, s.sorted, s.ids, s.sorted_ids, s.vocab, 0,
@@ -298,15 +310,22 @@ inline Sampler batch_sampler_row(const BatchSampler& b, int slot, int row) {
     return s;
 }
 
-// A sequence starts in `slot`: its seen tokens are ids[0, n) (device; the repetition penalty's), and `draws` draws
-// are behind it (a sequence restarted after preemption goes on with its RNG where it was).
+// A sequence starts in `slot`: its seen tokens are ids[0, n) (device), of which the last `draws` were generated (a
+// sequence restarted after preemption: they count for the presence and frequency penalties, and its RNG goes on
+// where it was).
 static __global__ void batch_sampler_start_kernel(unsigned char* seen, unsigned long long* step, const int* ids, int n, int vocab,
                                                   unsigned long long draws) {
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) seen[i] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
+    const int prompt = n - (int)draws;
+    for (int i = threadIdx.x; i < prompt; i += blockDim.x)
         if (ids[i] >= 0 && ids[i] < vocab) seen[ids[i]] = 1;
-    if (threadIdx.x == 0) *step = draws;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = max(prompt, 0); i < n; i++)  // (in order, one thread: a token may repeat)
+            if (ids[i] >= 0 && ids[i] < vocab) seen_generated(seen, ids[i]);
+        *step = draws;
+    }
 }
 inline void batch_sampler_start(BatchSampler& b, int slot, const int* d_ids, int n, long draws, cudaStream_t stream) {
     Sampler s = batch_sampler_row(b, slot, 0);

@@ -273,7 +273,7 @@ private:
     std::map<int, DecodeGraph> graphs_by_size_;
     BatchedStats stats_;
 
-    static bool plain_greedy(const SamplingParams& sp) { return sp.temperature <= 0.f && sp.repetition_penalty == 1.f; }
+    static bool plain_greedy(const SamplingParams& sp) { return sp.temperature <= 0.f && !sp.penalised(); }
     int bucket(int n) const {
         int b = 1;
         while (b < n) b *= 2;

@@ -39,6 +39,7 @@ inline SamplingParams sampling_params(const Options& o, const GenerationConfig& 
     p.top_p = (float)(o.top_p_set ? o.top_p : g.present ? g.top_p : o.top_p);
     p.min_p = (float)(o.min_p_set ? o.min_p : g.present ? g.min_p : o.min_p);
     p.repetition_penalty = (float)(o.repeat_penalty_set ? o.repeat_penalty : g.present ? g.repetition_penalty : 1.0);
+    p.presence_penalty = (float)o.presence_penalty, p.frequency_penalty = (float)o.frequency_penalty;
     p.seed = o.seed_set ? o.seed : (uint64_t)std::chrono::high_resolution_clock::now().time_since_epoch().count();
     return p;
 }

@@ -207,8 +207,9 @@ int engine_main(int argc, char** argv) {
         SamplingParams sp = sampling_params(o, gen);
         g.set_sampling(sp);
         if (o.verbose)
-            std::fprintf(stderr, "sampling: temp %.3g, top_k %d, top_p %.3g, min_p %.3g, repeat_penalty %.3g, seed %llu\n", sp.temperature,
-                         sp.top_k, sp.top_p, sp.min_p, sp.repetition_penalty, (unsigned long long)sp.seed);
+            std::fprintf(stderr, "sampling: temp %.3g, top_k %d, top_p %.3g, min_p %.3g, repeat_penalty %.3g, presence %.3g, frequency %.3g, seed %llu\n",
+                         sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.repetition_penalty, sp.presence_penalty, sp.frequency_penalty,
+                         (unsigned long long)sp.seed);
         std::vector<int> eos = end_of_generation_ids(info, gen, tok.get());
         if (o.chat) return chat_loop(g, tok.get(), ct, o, info.vocab, eos);
         if (!o.in_file.empty()) return batch_file(g, tok.get(), ct, o, info.vocab, eos);

@@ -151,10 +151,6 @@ public:
     std::shared_ptr<GenJob> submit(const ApiRequest& r, int choice) override {
         const Tokenizer& tok = *sm_.tok;
         const bool chat = r.endpoint == ApiEndpoint::Chat;
-        for (const auto& [v, name] : {std::pair<double, const char*>{r.presence_penalty, "presence_penalty"}, {r.frequency_penalty, "frequency_penalty"}})
-            if (v != 0.0)
-                throw ApiError{400, std::string("'") + name + "' is not supported yet (the sampler has repetition_penalty, as transformers applies it)",
-                               "invalid_request_error", name, ""};
         if (chat && sm_.ct->empty())
             throw ApiError{400, "this model has no chat template; use /v1/completions", "invalid_request_error", "messages", ""};
         std::vector<int> ids;
@@ -348,6 +344,7 @@ private:
         if (r.top_k_set) p.top_k = r.top_k;
         if (r.min_p_set) p.min_p = (float)r.min_p;
         if (r.repetition_penalty_set) p.repetition_penalty = (float)r.repetition_penalty;
+        p.presence_penalty = (float)r.presence_penalty, p.frequency_penalty = (float)r.frequency_penalty;
         if (r.seed_set) {
             p.seed = r.seed + (uint64_t)choice;
         } else {

@@ -9,7 +9,7 @@
 //   ...
 //   s.stop();
 //
-// Endpoints: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions (streaming or not, n
+// Endpoints: GET / (a chat page, server/chat_page.h), GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions (streaming or not, n
 // choices), POST /tokenize and /detokenize (llama-server's shape), GET /metrics (Prometheus text: the server's request
 // counts, then the backend's own lines). A request goes: API key (401), body size (413), JSON and fields (400, server/openai_request.h), model
 // name (404), queue room (503 with Retry-After), then the backend, one GenJob per choice. A job is a queue of
@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "host/errors.h"
+#include "server/chat_page.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 
@@ -165,6 +166,7 @@ private:
             else send_error(res, error(res.status, "request failed (HTTP " + std::to_string(res.status) + ")"));
         });
         http_.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content(R"({"status":"ok"})", "application/json"); });
+        http_.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(chat_page_html(), "text/html; charset=utf-8"); });
         http_.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
             if (!authorized(req, res)) return;
             ojson m = {{"id", o_.alias}, {"object", "model"}, {"created", created_}, {"owned_by", "monocu"}};

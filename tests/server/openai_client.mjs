@@ -199,6 +199,18 @@ await check('logprobs: chat and completions, whole and streamed; greedy picks th
   expect(none.choices[0].logprobs === null, 'null when not asked');
 });
 
+await check('penalties: a large frequency penalty makes greedy text repeat fewer tokens; presence too', async () => {
+  const base = await client.completions.create({ model: alias, prompt, max_tokens: 48, temperature: 0 });
+  const distinct = async (extra) => {
+    const r = await client.completions.create({ model: alias, prompt, max_tokens: 48, temperature: 0, logprobs: 0, ...extra });
+    return new Set(r.choices[0].logprobs.tokens).size;
+  };
+  const plain = await distinct({}), freq = await distinct({ frequency_penalty: 2 }), pres = await distinct({ presence_penalty: 2 });
+  console.log(`     (distinct tokens in 48: ${plain} plain, ${freq} frequency 2, ${pres} presence 2)`);
+  expect(freq >= plain && pres >= plain && (freq > plain || plain >= 40), 'penalties spread the choice of tokens');
+  expect(base.choices[0].text.length > 0, 'text');
+});
+
 const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather for a city',
                                                parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
 await check('tools: offered (auto, a named one, none), and a tool call round trip through the template', async () => {
@@ -234,8 +246,8 @@ await check('errors: key, model, field, context, JSON, size: status, type, param
   expect(e.status === 400 && e.code === 'context_length_exceeded' && new RegExp(String(ctx)).test(e.message), `400 context: ${e.message}`);
   e = await apiError(() => client.completions.create({ model: alias, prompt: 'x '.repeat(ctx + 10) }));
   expect(e.status === 400 && e.code === 'context_length_exceeded', `400 long prompt: ${e.message}`);
-  e = await apiError(() => client.chat.completions.create({ model: alias, messages: user, presence_penalty: 0.5 }));
-  expect(e.status === 400 && e.param === 'presence_penalty', `400 unsupported: ${e.message}`);
+  e = await apiError(() => client.chat.completions.create({ model: alias, messages: user, presence_penalty: 3 }));
+  expect(e.status === 400 && e.param === 'presence_penalty', `400 range: ${e.message}`);
   e = await apiError(() => client.chat.completions.create({ model: alias, messages: [] }));
   expect(e.status === 400 && e.param === 'messages', `400 messages: ${e.message}`);
   const raw = await fetch(`${base}/chat/completions`, { method: 'POST', headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
