@@ -454,14 +454,21 @@ TEST_CASE("batched core: every sequence gets its solo tokens, through chunks, pr
             std::string expect;  // a line the run must print (stderr)
         };
         const bool mixture = cfg.contains("num_local_experts") || cfg.contains("num_experts");
+        // "dynamic" (NTK) RoPE past max_position_embeddings rotates a pass's rows with frequencies of that pass's length,
+        // as transformers does: a prompt cut into chunks, or starting from blocks another sequence's pass wrote, has keys
+        // a whole solo pass would not. Compared, like a mixture, only up to each line's first difference.
+        bool pass_dependent = false;
+        for (const char* key : {"rope_scaling", "rope_parameters"})  // (older and newer transformers' names)
+            if (cfg.contains(key) && cfg[key].is_object() && cfg[key].value("rope_type", cfg[key].value("type", "")) == "dynamic") pass_dependent = true;
         for (Run run : {Run{"-np 64", "passes"}, Run{"-np 8 --batch-tokens 32", "prefix cache"}, Run{"-np 16 --kv-blocks 24", "preemptions"}}) {
             CAPTURE(run.flags);
             REQUIRE_MESSAGE(run_command(base + " " + run.flags + " -o " + (tmp / "np.jsonl"), &log) == 0, log);
             auto got = batch_results(tmp / "np.jsonl");
-            size_t compared = compare_batched(one, got, !mixture), total = 0;
+            size_t compared = compare_batched(one, got, !mixture && !pass_dependent), total = 0;
             for (const auto& [line, r] : one) total += r["completion_ids"].size();
             MESSAGE(dir, " ", run.flags, ": ", compared, " of ", total, " tokens compared before a near-tie");
-            CHECK(compared * 2 >= total);
+            if (!(pass_dependent && run.flags.find("batch-tokens") != std::string::npos))  // (32-token chunks: other frequencies)
+                CHECK(compared * 2 >= total);
             CHECK(log.find(run.expect) != std::string::npos);
             if (run.flags.find("kv-blocks") != std::string::npos) CHECK(log.find(", 0 preemptions") == std::string::npos);
             const bool running_state = engine.find("/lfm2") != std::string::npos;
