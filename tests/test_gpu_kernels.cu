@@ -825,8 +825,10 @@ static TestCache make_test_cache(KvType t, const std::vector<float>& k, const st
     return c;
 }
 
-TEST_CASE("prefill attention (tensor cores, fp16): GQA 1/2/4/7/8, head_dim 64/128, earlier context, sliding windows, bf16/FP8 cache, fp16 copy") {
+TEST_CASE("prefill attention (tensor cores, fp16): GQA 1/2/4/7/8, head_dim 64/128, earlier context, sliding windows, bf16/FP8 cache, fp16 copy, split keys") {
     Rng r(7);
+    GpuMemory mem;
+    PrefillSplit split64 = prefill_split_create(16, 64, 256, 8, mem), split128 = prefill_split_create(16, 128, 256, 8, mem);
     struct Chunk { int T, pos0, window; };
     for (KvType kt : {KvType::BF16, KvType::FP8, KvType::F16})
         for (int hd : {64, 128})
@@ -850,12 +852,19 @@ TEST_CASE("prefill attention (tensor cores, fp16): GQA 1/2/4/7/8, head_dim 64/12
                     DeviceVec<bf16> d_out((size_t)T * nh * hd);
                     DeviceVec<int> d_pos(std::vector<int>{pos0});
                     d_out.poison();
-                    prefill_attention(d_q.p, kt, cache.layer(), d_pos.p, d_out.p, T, nh, nkv, hd, ctx, ap, 0);
                     auto ref = attention_ref(q, cache.kref, cache.vref, T, pos0, nh, nkv, hd, ctx, tp.window);
-                    // bf16 output (~1.1e-3 of rounding alone). Over the fp16 copy the MMA inputs are fp16 and add
-                    // little; an FP8 cache's tiles are scaled into fp16, one more rounding; over a bf16 cache q
-                    // and P go to bf16.
-                    CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), kt == KvType::F16 ? 2.5e-3 : kt == KvType::FP8 ? 4e-3 : 5e-3);
+                    // Whole, then with the keys cut into 2, 3 and 8 runs (split keys: some runs see no key of a row,
+                    // or none at all) and merged.
+                    PrefillSplit& sp = hd == 64 ? split64 : split128;
+                    for (int splits : {1, 2, 3, 8}) {
+                        CAPTURE(splits);
+                        d_out.poison();
+                        prefill_attention(d_q.p, kt, cache.layer(), d_pos.p, d_out.p, T, nh, nkv, hd, ctx, ap, 0, &sp, 0, splits);
+                        // bf16 output (~1.1e-3 of rounding alone). Over the fp16 copy the MMA inputs are fp16 and add
+                        // little; an FP8 cache's tiles are scaled into fp16, one more rounding; over a bf16 cache q
+                        // and P go to bf16.
+                        CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), kt == KvType::F16 ? 2.5e-3 : kt == KvType::FP8 ? 4e-3 : 5e-3);
+                    }
                 }
 }
 
@@ -1008,10 +1017,14 @@ TEST_CASE("paged KV: flash-decoding of many sequences in one launch and prefill 
                     DeviceVec<int> d_p0(std::vector<int>{pos0});
                     KvLayer L = pc.layer();
                     L.pages += z * pc.stride;
-                    d_po.poison();
-                    prefill_attention(d_qp.p, kt, L, d_p0.p, d_po.p, T, nh, nkv, hd, pc.pool_rows, ap, 0);
                     auto ref = attention_ref(qp, pc.kref[z], pc.vref[z], T, pos0, nh, nkv, hd, lens[z], window);
-                    CHECK_CLOSE(compare(from_bf16(d_po.download()), ref), kt == KvType::FP8 ? 4e-3 : 5e-3);
+                    PrefillSplit sp = prefill_split_create(nh, hd, T, 4, mem);
+                    for (int splits : {1, 4}) {  // whole, and split keys through the table
+                        CAPTURE(splits);
+                        d_po.poison();
+                        prefill_attention(d_qp.p, kt, L, d_p0.p, d_po.p, T, nh, nkv, hd, pc.pool_rows, ap, 0, &sp, 0, splits);
+                        CHECK_CLOSE(compare(from_bf16(d_po.download()), ref), kt == KvType::FP8 ? 4e-3 : 5e-3);
+                    }
                 }
 }
 
@@ -1019,6 +1032,7 @@ TEST_CASE("attention sinks (GPT-OSS): prefill and flash-decoding add each head's
     Rng r(9);
     GpuMemory mem;
     const int hd = 64, nkv = 2;
+    PrefillSplit split = prefill_split_create(16, hd, 256, 8, mem);
     for (KvType kt : {KvType::BF16, KvType::FP8})
         for (int G : {1, 8})
             for (int window : {0, 16}) {
@@ -1042,12 +1056,15 @@ TEST_CASE("attention sinks (GPT-OSS): prefill and flash-decoding add each head's
                         DeviceVec<__half> d_q(to_half(q));
                         DeviceVec<bf16> d_out((size_t)T * nh * hd);
                         DeviceVec<int> d_pos(std::vector<int>{pos0});
-                        d_out.poison();
-                        prefill_attention(d_q.p, kt, cache.layer(), d_pos.p, d_out.p, T, nh, nkv, hd, ctx, ap, 0);
                         auto ref = attention_ref(q, cache.kref, cache.vref, T, pos0, nh, nkv, hd, ctx, window, &sinks);
-                        CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), kt == KvType::FP8 ? 4e-3 : 5e-3);
                         auto plain = attention_ref(q, cache.kref, cache.vref, T, pos0, nh, nkv, hd, ctx, window);
-                        CHECK(compare(from_bf16(d_out.download()), plain).rel_l2 > 0.05);  // the sinks matter here
+                        for (int splits : {1, 3}) {  // the split-key merge adds the sink too
+                            CAPTURE(splits);
+                            d_out.poison();
+                            prefill_attention(d_q.p, kt, cache.layer(), d_pos.p, d_out.p, T, nh, nkv, hd, ctx, ap, 0, &split, 0, splits);
+                            CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), kt == KvType::FP8 ? 4e-3 : 5e-3);
+                            CHECK(compare(from_bf16(d_out.download()), plain).rel_l2 > 0.05);  // the sinks matter here
+                        }
                     }
                 }
                 for (int len : {1, 40, 3000}) {  // decode, over several split counts

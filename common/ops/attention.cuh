@@ -22,6 +22,10 @@
 // kb/log.md). Over a bf16 cache (a later chunk of a long prompt) the keys and values are bf16 already;
 // the tiles are then copied as they are and q and P go to bf16: converting every tile to fp16 made that
 // attention 25% slower (4B, 2k tokens: 12.5 against 10.0 ms).
+// Split keys (a short chunk over a long context, e.g. a new turn after a cached conversation or a prefix-cache hit:
+// ceil(T / 64) x n_heads blocks would leave most SMs idle): grid z cuts each block's key tiles into `splits` runs;
+// each writes its rows' unnormalised O, running max and sum to PrefillSplit's scratch, and a second kernel merges the
+// runs as Flash-Decoding does (O = sum O_s 2^(m_s - M) / sum l_s 2^(m_s - M), the sink joining the sum).
 // Fragment layouts (mma.cuh): S's accumulators, rounded to 16 bits, are directly the A operand of P V; K
 // rows give B for Q K^T with plain 32-bit loads, and V's B fragments come from ldmatrix.trans.
 // Shared-memory rows are padded by 16 bytes so that the 8 rows a warp touches at once fall in different
@@ -36,6 +40,25 @@
 namespace monocu {
 
 constexpr int kAttnQ = 64, kAttnK = 64, kAttnWarps = 4;
+constexpr int kPrefillSplitRows = 256, kPrefillMaxSplits = 8;  // split keys for chunks of up to 256 tokens, in up to 8 runs
+
+// The split-key scratch: [max_splits][max_rows][n_heads] partial rows (O in fp32, and (max, sum)).
+struct PrefillSplit {
+    float* o = nullptr;
+    float2* ml = nullptr;
+    int max_rows = 0, max_splits = 0, n_heads = 0, head_dim = 0, sms = 0;
+};
+
+inline PrefillSplit prefill_split_create(int n_heads, int head_dim, int max_rows, int max_splits, GpuMemory& mem) {
+    PrefillSplit p;
+    p.max_rows = max_rows, p.max_splits = max_splits, p.n_heads = n_heads, p.head_dim = head_dim;
+    p.o = mem.alloc<float>((size_t)max_splits * max_rows * n_heads * head_dim, "activations");
+    p.ml = mem.alloc<float2>((size_t)max_splits * max_rows * n_heads, "activations");
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&p.sms, cudaDevAttrMultiProcessorCount, dev));
+    return p;
+}
 
 // 8 elements of a key or value row for the shared-memory tile, in the MMA's 16-bit type: fp16 and bf16 rows
 // as they are, an FP8 row scaled back into fp16.
@@ -64,7 +87,8 @@ __device__ __forceinline__ uint32_t q_pair(const __half* p) {
 template <int HD, KvType KV>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     prefill_attention_kernel(const __half* __restrict__ q, KvLayer kv, const int* __restrict__ d_pos, int T, int nh, int nkv,
-                             int ctx, float scale_log2, AttnParams ap, bf16* __restrict__ out) {
+                             int ctx, float scale_log2, AttnParams ap, bf16* __restrict__ out, float* __restrict__ part_o,
+                             float2* __restrict__ part_ml) {
     constexpr bool F16 = KV != KvType::BF16;  // the MMA's input type: fp16, or bf16 over a bf16 cache
     constexpr int LD = HD + 8;                // padded row, in 16-bit elements
     __shared__ __align__(16) uint16_t Ks[kAttnK][LD];
@@ -97,7 +121,14 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     const int qpos_lo = pos0 + row_lo, qpos_hi = pos0 + row_hi;
     const int first_lo = attn_first_key(ap, qpos_lo), first_hi = attn_first_key(ap, qpos_hi);
 
-    for (int kt = key_lo; kt < n_keys; kt += kAttnK) {
+    // This block's run of key tiles: all of them, or with split keys (grid z) its share.
+    int kt_begin = key_lo, kt_end = n_keys;
+    if (gridDim.z > 1) {
+        const int per = CEIL_DIV(CEIL_DIV(n_keys - key_lo, kAttnK), (int)gridDim.z) * kAttnK;
+        kt_begin = key_lo + (int)blockIdx.z * per;
+        kt_end = min(n_keys, kt_begin + per);
+    }
+    for (int kt = kt_begin; kt < kt_end; kt += kAttnK) {
         // Stage 64 keys and values (rows past n_keys are zero so that 0-probability times V stays 0).
         __syncthreads();
         for (int c = threadIdx.x; c < kAttnK * HD / 8; c += kAttnWarps * 32) {
@@ -182,6 +213,20 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+    if (gridDim.z > 1) {  // a run of keys: its unnormalised rows, max and sum (prefill_split_merge_kernel finishes them)
+        const size_t base = (size_t)blockIdx.z * T;
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++) {
+            int col = d * 8 + 2 * t;
+            if (row_lo < T) *reinterpret_cast<float2*>(part_o + ((base + row_lo) * nh + h) * HD + col) = make_float2(o[d][0], o[d][1]);
+            if (row_hi < T) *reinterpret_cast<float2*>(part_o + ((base + row_hi) * nh + h) * HD + col) = make_float2(o[d][2], o[d][3]);
+        }
+        if (t == 0) {
+            if (row_lo < T) part_ml[(base + row_lo) * nh + h] = make_float2(m_lo, l_lo);
+            if (row_hi < T) part_ml[(base + row_hi) * nh + h] = make_float2(m_hi, l_hi);
+        }
+        return;
+    }
     if (ap.sinks) {  // GPT-OSS: the head's sink joins each row's denominator
         const float sink = attn_sink_log2(ap, h);
         l_lo += exp2f(sink - m_lo), l_hi += exp2f(sink - m_hi);
@@ -201,32 +246,75 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     }
 }
 
+// Merges a split pass's runs: one block per query row, a thread per (head, dim).
+template <int HD>
+__global__ void prefill_split_merge_kernel(const float* __restrict__ part_o, const float2* __restrict__ part_ml, int T, int nh, int splits,
+                                           AttnParams ap, bf16* __restrict__ out) {
+    const int row = blockIdx.x;
+    for (int i = threadIdx.x; i < nh * HD; i += blockDim.x) {
+        const int h = i / HD, d = i % HD;
+        float M = -INFINITY;
+        for (int z = 0; z < splits; z++) M = fmaxf(M, part_ml[((size_t)z * T + row) * nh + h].x);
+        const float use = M == -INFINITY ? 0.f : M;
+        float L = ap.sinks ? exp2f(attn_sink_log2(ap, h) - use) : 0.f, acc = 0.f;
+        for (int z = 0; z < splits; z++) {
+            const float2 ml = part_ml[((size_t)z * T + row) * nh + h];
+            const float w = ml.x == -INFINITY ? 0.f : exp2f(ml.x - use);
+            L += ml.y * w;
+            acc += part_o[(((size_t)z * T + row) * nh + h) * HD + d] * w;
+        }
+        out[(size_t)row * nh * HD + i] = __float2bfloat16(acc / L);
+    }
+}
+
 template <int HD, KvType KV>
 inline void prefill_attention_launch(dim3 grid, const __half* q, const KvLayer& kv, const int* d_pos, bf16* out, int T, int nh, int nkv,
-                                     int ctx, float scale_log2, const AttnParams& ap, cudaStream_t stream) {
-    prefill_attention_kernel<HD, KV><<<grid, kAttnWarps * 32, 0, stream>>>(q, kv, d_pos, T, nh, nkv, ctx, scale_log2, ap, out);
+                                     int ctx, float scale_log2, const AttnParams& ap, const PrefillSplit* sp, cudaStream_t stream) {
+    prefill_attention_kernel<HD, KV><<<grid, kAttnWarps * 32, 0, stream>>>(q, kv, d_pos, T, nh, nkv, ctx, scale_log2, ap, out,
+                                                                          sp ? sp->o : nullptr, sp ? sp->ml : nullptr);
     LAUNCH_CHECK();
+    if (grid.z > 1) {
+        prefill_split_merge_kernel<HD><<<T, 256, 0, stream>>>(sp->o, sp->ml, T, nh, (int)grid.z, ap, out);
+        LAUNCH_CHECK();
+    }
 }
 
 template <int HD>
 inline void prefill_attention_dispatch(dim3 grid, const __half* q, KvType type, const KvLayer& kv, const int* d_pos, bf16* out, int T,
-                                       int nh, int nkv, int ctx, float scale_log2, const AttnParams& ap, cudaStream_t stream) {
+                                       int nh, int nkv, int ctx, float scale_log2, const AttnParams& ap, const PrefillSplit* sp,
+                                       cudaStream_t stream) {
     switch (type) {
-        case KvType::BF16: return prefill_attention_launch<HD, KvType::BF16>(grid, q, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, ap, stream);
-        case KvType::FP8: return prefill_attention_launch<HD, KvType::FP8>(grid, q, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, ap, stream);
-        case KvType::F16: return prefill_attention_launch<HD, KvType::F16>(grid, q, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, ap, stream);
+        case KvType::BF16: return prefill_attention_launch<HD, KvType::BF16>(grid, q, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, ap, sp, stream);
+        case KvType::FP8: return prefill_attention_launch<HD, KvType::FP8>(grid, q, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, ap, sp, stream);
+        case KvType::F16: return prefill_attention_launch<HD, KvType::F16>(grid, q, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, ap, sp, stream);
     }
 }
 
+// How many runs to cut each block's keys into: enough blocks for two waves of the SMs, at least 4 key tiles a run,
+// at most the scratch's splits; 1 without scratch, past its rows, with KV eviction's statistics, or with few keys.
+inline int prefill_splits(const PrefillSplit* sp, int T, int nh, long keys, const AttnParams& ap) {
+    if (!sp || !sp->o || T > sp->max_rows || ap.h2o_stats || keys <= 0) return 1;
+    const long blocks = (long)CEIL_DIV(T, kAttnQ) * nh;
+    long want = CEIL_DIV(2L * sp->sms, blocks);
+    want = std::min<long>(want, keys / (4 * kAttnK));
+    return (int)std::max(1L, std::min<long>(want, sp->max_splits));
+}
+
+// keys: how many keys the chunk's last query sees (its position + 1), when the caller knows it (for split keys); sp:
+// split-key scratch, or null; force_splits > 0: that many runs whatever the heuristic says (tests).
 inline void prefill_attention(const __half* q, KvType type, const KvLayer& kv, const int* d_pos, bf16* out, int T, int nh, int nkv,
-                              int hd, int ctx, const AttnParams& ap, cudaStream_t stream) {
+                              int hd, int ctx, const AttnParams& ap, cudaStream_t stream, const PrefillSplit* sp = nullptr, long keys = 0,
+                              int force_splits = 0) {
     if (T <= 0) return;
     attn_params_check(ap, "prefill_attention");
     if (nh % nkv != 0) die("prefill_attention: %d heads are not a multiple of %d KV heads", nh, nkv);
-    dim3 grid(CEIL_DIV(T, kAttnQ), nh);
+    int splits = force_splits > 0 ? force_splits : prefill_splits(sp, T, nh, keys, ap);
+    if (splits > 1 && (!sp || T > sp->max_rows || splits > sp->max_splits || nh > sp->n_heads || hd != sp->head_dim || ap.h2o_stats))
+        die("prefill_attention: %d key splits of %d rows do not fit the scratch", splits, T);
+    dim3 grid(CEIL_DIV(T, kAttnQ), nh, splits);
     float scale_log2 = 1.4426950408889634f / sqrtf((float)hd);
-    if (hd == 64) prefill_attention_dispatch<64>(grid, q, type, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, ap, stream);
-    else if (hd == 128) prefill_attention_dispatch<128>(grid, q, type, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, ap, stream);
+    if (hd == 64) prefill_attention_dispatch<64>(grid, q, type, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, ap, sp, stream);
+    else if (hd == 128) prefill_attention_dispatch<128>(grid, q, type, kv, d_pos, out, T, nh, nkv, ctx, scale_log2, ap, sp, stream);
     else die("prefill_attention: head_dim %d is not supported (64, 128)", hd);
 }
 

@@ -71,6 +71,7 @@ struct Attention {
     __half* q = nullptr;  // [max_tokens][n_heads][head_dim] a prefill chunk's queries (fp16: attention.cuh)
     KvLayer fresh;      // fp16 [n_kv][max_tokens][head_dim] keys and values of a chunk at position 0, or none
     int fresh_rows = 0;
+    PrefillSplit split;  // split-key scratch for short chunks over long contexts (attention.cuh)
 };
 
 // A budget that reaches the context evicts nothing and is dropped: the cache then holds every position, as without one.
@@ -93,6 +94,7 @@ inline Attention attention_create(const AttnSpec& spec, KvType kv_type, int ctx,
                          : flash_decode_plan(spec.n_heads, spec.n_kv, spec.head_dim, rows, mem);
     if (evict) a.h2o = h2o_create(ev, spec.layers, slots, spec.n_heads, spec.n_kv, rows, max_tokens, mem);
     a.q = mem.alloc<__half>((size_t)max_tokens * spec.n_heads * spec.head_dim, "activations");
+    a.split = prefill_split_create(spec.n_heads, spec.head_dim, std::min(max_tokens, kPrefillSplitRows), kPrefillMaxSplits, mem);
     if (!prefill_via_cache) {
         a.fresh.k = mem.alloc<__half>((size_t)max_tokens * spec.n_kv * spec.head_dim, "activations");
         a.fresh.v = mem.alloc<__half>((size_t)max_tokens * spec.n_kv * spec.head_dim, "activations");
@@ -135,7 +137,7 @@ inline bool attention_chunk(Attention& a, const AttnLayer& L, const KvLayer& kv,
     double keys = (pos0 > 0 ? kv_row(ap, pos0) : 0) + (T + 1) / 2.0;
     OpScope op("attention", st, 4.0 * T * keys * s.n_heads * s.head_dim);
     prefill_attention(q, own ? KvType::F16 : a.kv.type, own ? fresh : kv, d_pos, out + (size_t)row0 * q_w, T, s.n_heads, s.n_kv, s.head_dim,
-                      own ? a.fresh_rows : a.kv.ctx, ap, st);
+                      own ? a.fresh_rows : a.kv.ctx, ap, st, &a.split, own ? 0 : (long)kv_row(ap, pos0) + T);
     return own;
 }
 
