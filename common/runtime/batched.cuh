@@ -76,7 +76,8 @@ public:
         vocab_ = m.info().vocab;
         max_blocks_ = CEIL_DIV(rt.ctx, kKvBlockSize);
         if (rt.slots <= max_seqs) die("internal: %d state slots for %d sequences and the padding rows", rt.slots, max_seqs);
-        kv_.share = m.info().rewindable;  // a running state (LFM2's conv) cannot start from a cached prefix
+        kv_.share = m.info().rewindable && m.info().share_prefix;  // a running state (LFM2's conv) cannot start from a cached
+                                                                    // prefix, nor can a pass-dependent RoPE's rows be reused
         // A pass's inputs in one buffer (one copy per step): ids [rows], positions [rows], logit rows [max_seqs], state
         // slots [max_seqs], then the block tables [max_seqs][max_blocks]; the same layout pinned on the host.
         const int rows = std::max(batch_tokens, max_seqs);

@@ -38,6 +38,8 @@ struct ModelInfo {
     bool rewindable = true;          // a sequence's state is its KV rows alone, so a cached prefix can be cut short
                                      // anywhere; false when it also holds a running state (LFM2's conv layers), which
                                      // only moves forward: a new prompt then reuses the cache only if it extends it
+    bool share_prefix = true;        // a cached prefix block holds the rows this sequence would compute itself; false for
+                                     // "dynamic" RoPE, whose rows depend on the length of the pass that wrote them
     bool batch_graphs = true;        // a batched decode step (several tokens) may be captured as a CUDA graph: false
                                      // when such a pass waits on the host (a mixture's routing)
     // Filled by the runner after load (model_stats):
@@ -52,6 +54,7 @@ inline ModelInfo decoder_info(int vocab, int dim, const ModelConfig& hf, bool he
     ModelInfo i;
     i.vocab = vocab, i.max_position = hf.max_position_embeddings, i.eos_ids = hf.eos_token_ids;
     i.unread_bytes = head_reads_embedding ? 0 : (size_t)(vocab - 1) * dim * 2;
+    i.share_prefix = hf.rope.type != "dynamic";
     return i;
 }
 
