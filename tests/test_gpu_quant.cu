@@ -448,3 +448,65 @@ TEST_CASE("MXFP4 expert GEMVs with biases and GPT-OSS's clamped SwiGLU; a plain 
     DeviceVec<bf16> d_x(to_bf16(random_bf16_values(dim, r)));
     CHECK_THROWS_AS(gemv(gu[0].L, d_x.p, d_y.p, 0), UserError);
 }
+
+// A pass of a few rows over FP8 / INT4 weights runs a GEMV per row (ops/linear.cuh's row_gemvs): every mode gives the
+// same bits as the rows one at a time; one row more than that takes the dequantize-then-GEMM path, close to them.
+TEST_CASE("a few rows over FP8 / INT4 weights: a GEMV per row, the same bits as one row at a time; more rows near them") {
+    Rng r(41);
+    const int N = 256, K = 384;
+    for (WFormat fmt : {WFormat::FP8, WFormat::INT4}) {
+        CAPTURE(wformat_name(fmt));
+        HostLinear h = make_linear(fmt, random_bf16_values((size_t)N * K, r, 0.05f), N, K, fmt == WFormat::FP8 ? 128 : 0);
+        const int max_rows = row_gemv_max(fmt), T = max_rows + 1;
+        REQUIRE(max_rows >= 2);
+        GpuMemory mem;
+        Linears lin;
+        lin.plan.layer({{&h.L}});
+        linears_alloc(lin, T, false, mem);
+        DeviceVec<bf16> xb(to_bf16(random_floats((size_t)T * K, r))), norm(to_bf16(random_floats(K, r, 0.3f)));
+        DeviceVec<float> xf(random_floats((size_t)T * K, r)), y0(random_floats((size_t)T * N, r)), y((size_t)T * N), y1((size_t)T * N);
+        DeviceVec<bf16> hb((size_t)T * N / 2), hb1((size_t)T * N / 2);
+        for (int mode = 0; mode < 4; mode++) {
+            CAPTURE(mode);
+            // mode 0: store; 1: residual add; 2: fused RMSNorm; 3: fused RMSNorm + SwiGLU (bf16 out)
+            auto run = [&](int rows, int row0, float* out, bf16* hout) {
+                const bf16* x = xb.p + (size_t)row0 * K;
+                const float* x32 = xf.p + (size_t)row0 * K;
+                if (mode == 0) linear(h.L, x, out + (size_t)row0 * N, rows, lin, 0);
+                if (mode == 1) linear_add(h.L, x, out + (size_t)row0 * N, rows, lin, 0);
+                if (mode == 2) linear_rmsnorm(h.L, x32, norm.p, 1e-6f, out + (size_t)row0 * N, rows, lin, 0);
+                if (mode == 3) linear_rmsnorm_swiglu(h.L, x32, norm.p, 1e-6f, hout + (size_t)row0 * N / 2, rows, lin, 0);
+            };
+            auto result = [&](DeviceVec<float>& o, DeviceVec<bf16>& ho, int rows) {
+                std::vector<float> v = mode == 3 ? from_bf16(ho.download()) : o.download();
+                v.resize((size_t)rows * (mode == 3 ? N / 2 : N));
+                return v;
+            };
+            for (int rows = 2; rows <= max_rows; rows++) {
+                CAPTURE(rows);
+                CUDA_CHECK(cudaMemcpy(y.p, y0.p, y.n * sizeof(float), cudaMemcpyDeviceToDevice));
+                CUDA_CHECK(cudaMemcpy(y1.p, y0.p, y1.n * sizeof(float), cudaMemcpyDeviceToDevice));
+                hb.poison(), hb1.poison();
+                if (mode != 1) y.poison(), y1.poison();
+                run(rows, 0, y.p, hb.p);
+                for (int t = 0; t < rows; t++) run(1, t, y1.p, hb1.p);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                std::vector<float> a = result(y, hb, rows), b = result(y1, hb1, rows);
+                CHECK(a == b);
+                double norm2 = 0;
+                for (float v : a) norm2 += (double)v * v;
+                CHECK((norm2 > 0 && std::isfinite(norm2)));
+            }
+            // One row more: dequantized, then a bf16 GEMM (other roundings: close, not equal; SwiGLU's bf16 output adds one).
+            CUDA_CHECK(cudaMemcpy(y.p, y0.p, y.n * sizeof(float), cudaMemcpyDeviceToDevice));
+            CUDA_CHECK(cudaMemcpy(y1.p, y0.p, y1.n * sizeof(float), cudaMemcpyDeviceToDevice));
+            hb.poison(), hb1.poison();
+            run(T, 0, y.p, hb.p);
+            for (int t = 0; t < T; t++) run(1, t, y1.p, hb1.p);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<float> a = result(y, hb, T), b = result(y1, hb1, T);
+            std::vector<double> bd(b.begin(), b.end());
+            CHECK_CLOSE(compare(a, bd), 2e-2);
+        }
+    }
+}

@@ -241,12 +241,13 @@ TEST_CASE("http: tokenize, detokenize, metrics and a draining server") {
     s.stop();
 }
 
-// The page at / in headless Chromium (Debian's chromium-headless-shell; skipped without it): /?prompt= sends a
-// message on load; the streamed reply, its folded reasoning and the token rate must be in the page after it ran.
+// The page at / in headless Chromium (Debian's chromium-headless-shell, driven by tests/server/page_check.mjs over the
+// DevTools protocol; skipped without it or node): /?prompt= sends a message on load; the streamed reply, its folded
+// reasoning and the token rate must be in the page once the reply has ended (waited for in real time, up to 30 s).
 TEST_CASE("http: the chat page streams a reply, reasoning folded, tokens per second shown (headless Chromium)") {
     const char* browser = "/usr/bin/chromium-headless-shell";
-    if (!std::ifstream(browser).good()) {
-        MESSAGE("skipped: no ", browser, " (apt-get install chromium-headless-shell)");
+    if (!std::ifstream(browser).good() || std::system("node --version > /dev/null 2>&1") != 0) {
+        MESSAGE("skipped: no ", browser, " or no node (apt-get install chromium-headless-shell nodejs)");
         return;
     }
     struct Thinker : EchoBackend {
@@ -257,15 +258,17 @@ TEST_CASE("http: the chat page streams a reply, reasoning folded, tokens per sec
             threads.emplace_back([job, said] {
                 const char* thoughts[] = {"The user ", "says ", said.c_str()};
                 const char* words[] = {"Hello ", "from ", "the ", "page."};
-                for (const char* t : thoughts) {
+                for (const char* t : thoughts) {  // a piece every 20 ms: the page shows them as they come
                     GenPiece p;
                     p.reasoning = t;
                     job->push(p);
+                    std::this_thread::sleep_for(std::chrono::milliseconds(20));
                 }
                 for (const char* w : words) {
                     GenPiece p;
                     p.content = w;
                     job->push(p);
+                    std::this_thread::sleep_for(std::chrono::milliseconds(20));
                 }
                 GenPiece end;
                 end.done = true, end.finish_reason = "stop", end.usage = ApiUsage{9, 7};
@@ -281,8 +284,8 @@ TEST_CASE("http: the chat page streams a reply, reasoning folded, tokens per sec
     REQUIRE(page);
     CHECK(page->status == 200);
     CHECK(page->get_header_value("Content-Type").find("text/html") == 0);
-    std::string cmd = std::string(browser) + " --no-sandbox --disable-gpu --virtual-time-budget=20000 --dump-dom 'http://127.0.0.1:" +
-                      std::to_string(port) + "/?prompt=knock%20knock' 2>/dev/null";
+    std::string cmd = "node tests/server/page_check.mjs 'http://127.0.0.1:" + std::to_string(port) + "/?prompt=knock%20knock' '(stop)' 30000 " +
+                      browser + " 2>/dev/null";
     FILE* f = popen(cmd.c_str(), "r");
     REQUIRE(f);
     std::string dom;

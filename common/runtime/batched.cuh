@@ -23,8 +23,8 @@
 // A step of decode tokens only, all greedy, is replayed as a CUDA graph captured per bucket of sequence counts
 // (1, 2, 4, ... up to max_seqs): rows past the live ones are padding (token 0 at position 0 in a scratch block of
 // the pool), whose logits nobody reads. Engines whose multi-token pass waits on the host (a mixture's routing) run
-// every step eagerly, and so do quantized weights past one sequence (a pass of several tokens dequantizes them on a
-// side stream, ops/linear.cuh).
+// every step eagerly, and so do quantized weights past a few sequences (a pass of more tokens than ops/linear.cuh's
+// row_gemv_max dequantizes them on a side stream).
 #pragma once
 
 #include <functional>
@@ -76,6 +76,7 @@ public:
         vocab_ = m.info().vocab;
         max_blocks_ = CEIL_DIV(rt.ctx, kKvBlockSize);
         if (rt.slots <= max_seqs) die("internal: %d state slots for %d sequences and the padding rows", rt.slots, max_seqs);
+        ring_free_rows_ = ring_free_rows(rt.lin);
         kv_.share = m.info().rewindable && m.info().share_prefix;  // a running state (LFM2's conv) cannot start from a cached
                                                                     // prefix, nor can a pass-dependent RoPE's rows be reused
         // A pass's inputs in one buffer (one copy per step): ids [rows], positions [rows], logit rows [max_seqs], state
@@ -159,7 +160,8 @@ public:
             all_out = all_out && it.logits;
         }
         // (a pass of several rows over quantized weights dequantizes them on a side stream: not in a graph)
-        const bool graph = graphs_ && !eager && n_dec == (int)order.size() && all_plain && all_out && (!rt_.lin.has_ring || bucket(n_dec) == 1);
+        const bool graph = graphs_ && !eager && n_dec == (int)order.size() && all_plain && all_out &&
+                           (!rt_.lin.has_ring || bucket(n_dec) <= ring_free_rows_);
         const int n_items = graph ? bucket(n_dec) : (int)order.size();
 
         std::vector<int> lp_rows;  // logits rows copied back for logprobs (their index in out_items)
@@ -263,6 +265,7 @@ private:
     bool graphs_;
     int pad_block_;
     int vocab_ = 0, max_blocks_ = 0;
+    int ring_free_rows_ = 1;  // passes of up to this many rows never dequantize on the side stream (graph-safe)
     size_t in_ints_ = 0;
     int *d_ids_ = nullptr, *d_pos_ = nullptr, *d_tables_ = nullptr, *d_out_ = nullptr, *d_slots_ = nullptr, *d_start_ = nullptr;
     int *h_ids_ = nullptr, *h_pos_ = nullptr, *h_tables_ = nullptr, *h_out_ = nullptr, *h_slots_ = nullptr, *h_tokens_ = nullptr;  // pinned
