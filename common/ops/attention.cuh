@@ -54,9 +54,7 @@ inline PrefillSplit prefill_split_create(int n_heads, int head_dim, int max_rows
     p.max_rows = max_rows, p.max_splits = max_splits, p.n_heads = n_heads, p.head_dim = head_dim;
     p.o = mem.alloc<float>((size_t)max_splits * max_rows * n_heads * head_dim, "activations");
     p.ml = mem.alloc<float2>((size_t)max_splits * max_rows * n_heads, "activations");
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&p.sms, cudaDevAttrMultiProcessorCount, dev));
+    p.sms = sm_count();
     return p;
 }
 

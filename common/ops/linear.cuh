@@ -201,8 +201,8 @@ static __global__ void bias_rows_kernel(float* __restrict__ y, const bf16* __res
 // dequantizing the whole projection for a GEMM (5 and 4.5 bytes moved a weight, plus the GEMM): fewer bytes up to 4
 // rows of FP8 (1 byte a weight a row) and 6 of INT4 (0.5, but its GEMV does more arithmetic). No side stream either, so
 // the batched core's steps of that many sequences run as CUDA graphs.
-inline int row_gemv_max(WFormat f) { return f == WFormat::FP8 ? 4 : f == WFormat::INT4 ? 6 : 0; }
-inline bool row_gemvs(const Linear& L, int T) { return T > 1 && T <= row_gemv_max(L.fmt); }
+inline int row_gemv_max(WFormat f) { return f == WFormat::FP8 ? 4 : f == WFormat::INT4 ? 6 : 1; }
+inline bool by_gemv(const Linear& L, int T) { return T <= row_gemv_max(L.fmt); }  // (one row: always)
 
 // The most rows a pass may have while every planned projection runs GEMVs or a bf16 GEMM, never the dequantization
 // ring's side stream (so that the pass can be captured as a CUDA graph): the least row_gemv_max of the quantized ones
@@ -211,7 +211,7 @@ inline int ring_free_rows(const Linears& lin) {
     int rows = INT32_MAX;
     for (const std::vector<const Linear*>* list : {&lin.plan.order, &lin.plan.extras})
         for (const Linear* L : *list)
-            if (L->fmt != WFormat::BF16) rows = std::min(rows, std::max(1, row_gemv_max(L->fmt)));
+            if (L->fmt != WFormat::BF16) rows = std::min(rows, row_gemv_max(L->fmt));
     return rows;
 }
 
@@ -239,7 +239,7 @@ inline void prefill_gemm(const Linear& L, const bf16* x, float* y, int T, bool a
     }
     if (slot >= 0) lin.ring.release(slot, s);
     // While this GEMM runs, the next projection's weights turn to bf16 (not while profiling: each op alone).
-    if (e && e->next && e->next->fmt != WFormat::BF16 && !row_gemvs(*e->next, T) && lin.has_ring && lin.ahead && !op_profile().on())
+    if (e && e->next && e->next->fmt != WFormat::BF16 && !by_gemv(*e->next, T) && lin.has_ring && lin.ahead && !op_profile().on())
         lin.ring.start(*e->next);
 }
 
@@ -263,7 +263,7 @@ inline void dump_normed_input(const Linear& L, const float* x, const bf16* norm_
 }
 
 inline void linear(const Linear& L, const bf16* x, float* y, int T, Linears& lin, cudaStream_t s) {
-    if (T == 1 || row_gemvs(L, T)) {
+    if (by_gemv(L, T)) {
         OpScope op("gemv", s, 0, L.label);
         for (int t = 0; t < T; t++) gemv(L, x + (size_t)t * L.K, y + (size_t)t * L.N, s);
         return;
@@ -273,7 +273,7 @@ inline void linear(const Linear& L, const bf16* x, float* y, int T, Linears& lin
 
 inline void linear_add(const Linear& L, const bf16* x, float* y, int T, Linears& lin, cudaStream_t s) {
     dump_input(L, x, T, lin, s);
-    if (T == 1 || row_gemvs(L, T)) {
+    if (by_gemv(L, T)) {
         OpScope op("gemv", s, 0, L.label);
         for (int t = 0; t < T; t++) gemv_add(L, x + (size_t)t * L.K, y + (size_t)t * L.N, s, T == 1 ? plan_l2(L, lin) : L2Prefetch{});
         return;
@@ -284,7 +284,7 @@ inline void linear_add(const Linear& L, const bf16* x, float* y, int T, Linears&
 inline void linear_rmsnorm(const Linear& L, const float* x, const bf16* norm_w, float eps, float* y, int T, Linears& lin,
                            cudaStream_t s) {
     dump_normed_input(L, x, norm_w, eps, T, lin, s);
-    if (T == 1 || row_gemvs(L, T)) {
+    if (by_gemv(L, T)) {
         OpScope op("gemv", s, 0, L.label);
         for (int t = 0; t < T; t++) gemv_rmsnorm(L, x + (size_t)t * L.K, norm_w, eps, y + (size_t)t * L.N, s);
         return;
@@ -297,7 +297,7 @@ inline void linear_rmsnorm(const Linear& L, const float* x, const bf16* norm_w, 
 inline void linear_rmsnorm_swiglu(const Linear& L, const float* x, const bf16* norm_w, float eps, bf16* h, int T, Linears& lin,
                                   cudaStream_t s) {
     dump_normed_input(L, x, norm_w, eps, T, lin, s);
-    if (T == 1 || row_gemvs(L, T)) {
+    if (by_gemv(L, T)) {
         OpScope op("gemv", s, 0, L.label);
         for (int t = 0; t < T; t++)
             gemv_rmsnorm_swiglu(L, x + (size_t)t * L.K, norm_w, eps, h + (size_t)t * (L.N / 2), s, T == 1 ? plan_l2(L, lin) : L2Prefetch{});

@@ -161,7 +161,7 @@ public:
         }
         // (a pass of several rows over quantized weights dequantizes them on a side stream: not in a graph)
         const bool graph = graphs_ && !eager && n_dec == (int)order.size() && all_plain && all_out &&
-                           (!rt_.lin.has_ring || bucket(n_dec) <= ring_free_rows_);
+                           bucket(n_dec) <= ring_free_rows_;
         const int n_items = graph ? bucket(n_dec) : (int)order.size();
 
         std::vector<int> lp_rows;  // logits rows copied back for logprobs (their index in out_items)

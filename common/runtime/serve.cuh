@@ -172,9 +172,7 @@ public:
         } else if (r.prompt_is_ids) {
             ids = r.prompt_ids;
         } else {
-            if (tok.add_bos() && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
-            std::vector<int> body = tok.encode(r.prompt);
-            ids.insert(ids.end(), body.begin(), body.end());
+            ids = tokenize(r.prompt, true);
         }
         const char* param = chat ? "messages" : "prompt";
         for (int t : ids)
