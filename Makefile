@@ -25,8 +25,16 @@ ifeq ($(filter sm_$(SM_BASE),$(KNOWN_SM)),)
     $(error ARCH=$(ARCH) is not a GPU arch that $(NVCC) knows; known: $(KNOWN_SM) (and their 'a' variants))
   endif
 endif
-# -gencode with the same name for arch and code: sm_90a needs compute_90a (wgmma, setmaxnreg).
+# -gencode with the same name for arch and code: sm_90a needs compute_90a (wgmma, setmaxnreg). sm_90 is built as
+# sm_90a: this build embeds no PTX, so either runs only on compute capability 9.0, and 90a adds Hopper's own
+# instructions, which the Hopper prefill attention needs (MONOCU_SM90A; kb/decisions.md).
+ifeq ($(SM),90)
+  SM := 90a
+endif
 GENCODE := -gencode=arch=compute_$(SM),code=sm_$(SM)
+ifeq ($(SM),90a)
+  GENCODE += -DMONOCU_SM90A
+endif
 
 # ---- flags ----
 # SAN=1: host tools and host tests with AddressSanitizer + UndefinedBehaviorSanitizer, into build/san/ (CI runs the

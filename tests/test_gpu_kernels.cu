@@ -856,10 +856,11 @@ TEST_CASE("prefill attention (tensor cores, fp16): GQA 1/2/4/7/8, head_dim 64/12
                     // Whole, then with the keys cut into 2, 3 and 8 runs (split keys: some runs see no key of a row,
                     // or none at all) and merged.
                     PrefillSplit& sp = hd == 64 ? split64 : split128;
-                    for (int splits : {1, 2, 3, 8}) {
+                    for (int splits : {0, 1, 2, 3, 8}) {  // 0: the kit's choice (Hopper's kernel where built and fitting)
                         CAPTURE(splits);
                         d_out.poison();
-                        prefill_attention(d_q.p, kt, cache.layer(), d_pos.p, d_out.p, T, nh, nkv, hd, ctx, ap, 0, &sp, 0, splits);
+                        prefill_attention(d_q.p, kt, cache.layer(), d_pos.p, d_out.p, T, nh, nkv, hd, ctx, ap, 0, &sp, pos0 + T, splits,
+                                          splits ? AttnKernel::Portable : AttnKernel::Auto);
                         // bf16 output (~1.1e-3 of rounding alone). Over the fp16 copy the MMA inputs are fp16 and add
                         // little; an FP8 cache's tiles are scaled into fp16, one more rounding; over a bf16 cache q
                         // and P go to bf16.
@@ -933,7 +934,7 @@ struct PagedCache {
     }
 };
 
-static PagedCache make_paged_cache(KvType t, const std::vector<int>& lens, int nkv, int hd, Rng& r) {
+static PagedCache make_paged_cache(KvType t, const std::vector<int>& lens, int nkv, int hd, Rng& r, uint8_t unused = 0xA5) {
     PagedCache c;
     c.type = t, c.hd = hd, c.nkv = nkv;
     int blocks = 3;  // a few the tables never name
@@ -944,7 +945,7 @@ static PagedCache make_paged_cache(KvType t, const std::vector<int>& lens, int n
     for (int b = 0; b < blocks; b++) order[b] = b;
     for (int b = blocks - 1; b > 0; b--) std::swap(order[b], order[r.uniform_int(0, b)]);  // shuffled
     const size_t eb = t == KvType::FP8 ? 1 : 2;
-    std::vector<uint8_t> K((size_t)nkv * c.pool_rows * hd * eb, 0xA5), V = K;  // unused rows: garbage
+    std::vector<uint8_t> K((size_t)nkv * c.pool_rows * hd * eb, unused), V = K;  // unused rows: garbage (0xFF: NaN)
     std::vector<float> KS((size_t)nkv * c.pool_rows, 1e30f), VS = KS;
     std::vector<int> tables(lens.size() * c.stride, -1);
     int next = 0;
@@ -1019,13 +1020,94 @@ TEST_CASE("paged KV: flash-decoding of many sequences in one launch and prefill 
                     L.pages += z * pc.stride;
                     auto ref = attention_ref(qp, pc.kref[z], pc.vref[z], T, pos0, nh, nkv, hd, lens[z], window);
                     PrefillSplit sp = prefill_split_create(nh, hd, T, 4, mem);
-                    for (int splits : {1, 4}) {  // whole, and split keys through the table
+                    for (int splits : {0, 1, 4}) {  // the kit's choice, the portable kernel whole, and split keys through the table
                         CAPTURE(splits);
                         d_po.poison();
-                        prefill_attention(d_qp.p, kt, L, d_p0.p, d_po.p, T, nh, nkv, hd, pc.pool_rows, ap, 0, &sp, 0, splits);
+                        prefill_attention(d_qp.p, kt, L, d_p0.p, d_po.p, T, nh, nkv, hd, pc.pool_rows, ap, 0, &sp, pos0 + T, splits,
+                                          splits ? AttnKernel::Portable : AttnKernel::Auto);
                         CHECK_CLOSE(compare(from_bf16(d_po.download()), ref), kt == KvType::FP8 ? 4e-3 : 5e-3);
                     }
                 }
+}
+
+// The Hopper kernel (attention_sm90.cuh) on its own: tiles of 128 queries and 128 keys, so chunk lengths around and
+// across them; GQA 1/4/7; windows shorter than the chunk; sinks; fp16 copy and bf16 cache; contiguous and paged. The
+// cache rows past the chunk's last key are NaN (as unwritten memory is): the kernel must never let them in.
+TEST_CASE("prefill attention on Hopper (wgmma, TMA, warp-specialised): tile edges, GQA 1/4/7, windows, sinks, paged, NaN past the keys") {
+    AttnParams probe;
+    if (!prefill_attention_sm90_fits(KvType::BF16, 128, probe, 1, KvLayer{})) {
+        MESSAGE("skipped: not built for sm_90a (the Hopper kernel is not in this build)");
+        return;
+    }
+    Rng r(38);
+    struct Chunk { int T, pos0, window; };
+    for (KvType kt : {KvType::F16, KvType::BF16})
+        for (int hd : {64, 128})
+            for (int G : {1, 4, 7})
+                for (Chunk tp : {Chunk{1, 0, 0}, Chunk{127, 0, 0}, Chunk{128, 0, 0}, Chunk{129, 0, 0}, Chunk{300, 0, 0}, Chunk{203, 37, 0},
+                                 Chunk{5, 130, 0}, Chunk{300, 0, 33}, Chunk{203, 300, 50}, Chunk{130, 0, 1}, Chunk{385, 640, 0},
+                                 Chunk{257, 0, 200}}) {
+                    if (G == 7 && tp.T < 128) continue;
+                    const int T = tp.T, pos0 = tp.pos0, nkv = 2, nh = nkv * G, ctx = pos0 + T + 40, n = pos0 + T;
+                    for (bool sinks_on : {false, true}) {
+                        if (sinks_on && (G != 4 || tp.T < 128)) continue;
+                        CAPTURE((int)kt);
+                        CAPTURE(hd);
+                        CAPTURE(G);
+                        CAPTURE(T);
+                        CAPTURE(pos0);
+                        CAPTURE(tp.window);
+                        CAPTURE(sinks_on);
+                        std::vector<float> sinks(nh);
+                        for (int h = 0; h < nh; h++) sinks[h] = -4.f + 8.f * h / (nh - 1);
+                        DeviceVec<float> d_sinks(sinks);
+                        AttnParams ap;
+                        ap.window = tp.window;
+                        if (sinks_on) ap.sinks = d_sinks.p;
+                        auto q = round_to_half(random_floats((size_t)T * nh * hd, r, 1.5f));
+                        TestCache cache = make_test_cache(kt, random_floats((size_t)nkv * ctx * hd, r, 1.5f), random_floats((size_t)nkv * ctx * hd, r), hd);
+                        {  // rows n .. ctx - 1 of each head: NaN
+                            std::vector<uint8_t> kk = cache.k->download(), vv = cache.v->download();
+                            for (int h = 0; h < nkv; h++)
+                                for (int p = n; p < ctx; p++)
+                                    for (int i = 0; i < hd * 2; i++) kk[((size_t)h * ctx + p) * hd * 2 + i] = vv[((size_t)h * ctx + p) * hd * 2 + i] = 0xFF;
+                            cache.k = std::make_unique<DeviceVec<uint8_t>>(kk), cache.v = std::make_unique<DeviceVec<uint8_t>>(vv);
+                        }
+                        DeviceVec<__half> d_q(to_half(q));
+                        DeviceVec<bf16> d_out((size_t)T * nh * hd);
+                        DeviceVec<int> d_pos(std::vector<int>{pos0});
+                        auto ref = attention_ref(q, cache.kref, cache.vref, T, pos0, nh, nkv, hd, ctx, tp.window, sinks_on ? &sinks : nullptr);
+                        d_out.poison();
+                        prefill_attention(d_q.p, kt, cache.layer(), d_pos.p, d_out.p, T, nh, nkv, hd, ctx, ap, 0, nullptr, n, 0, AttnKernel::Hopper);
+                        CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), kt == KvType::F16 ? 2.5e-3 : 5e-3);
+                    }
+                }
+    // Paged: a chunk ending at its sequence's last key (the block's other rows unused: NaN), blocks of 16 rows.
+    for (int hd : {64, 128})
+        for (int G : {1, 4}) {
+            CAPTURE(hd);
+            CAPTURE(G);
+            const int nkv = 2, nh = nkv * G;
+            std::vector<int> lens = {100, 777, 1500};
+            PagedCache pc = make_paged_cache(KvType::BF16, lens, nkv, hd, r, 0xFF);
+            const int z = 1, T = 300, pos0 = lens[z] - T;
+            auto q = round_to_half(random_floats((size_t)T * nh * hd, r, 1.5f));
+            DeviceVec<__half> d_q(to_half(q));
+            DeviceVec<bf16> d_out((size_t)T * nh * hd);
+            DeviceVec<int> d_pos(std::vector<int>{pos0});
+            KvLayer L = pc.layer();
+            L.pages += z * pc.stride;
+            for (int window : {0, 150}) {
+                CAPTURE(window);
+                AttnParams ap;
+                ap.window = window;
+                auto ref = attention_ref(q, pc.kref[z], pc.vref[z], T, pos0, nh, nkv, hd, lens[z], window);
+                d_out.poison();
+                prefill_attention(d_q.p, KvType::BF16, L, d_pos.p, d_out.p, T, nh, nkv, hd, pc.pool_rows, ap, 0, nullptr, lens[z], 0,
+                                  AttnKernel::Hopper);
+                CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), 5e-3);
+            }
+        }
 }
 
 TEST_CASE("attention sinks (GPT-OSS): prefill and flash-decoding add each head's sink to the denominator, with and without a window") {

@@ -32,8 +32,12 @@
 // banks.
 #pragma once
 
+#include <cstdlib>
+#include <string>
+
 #include "gpu/memory.cuh"
 #include "gpu/mma.cuh"
+#include "ops/attention_sm90.cuh"
 #include "ops/attn_params.cuh"
 #include "ops/kv_cache.cuh"
 
@@ -298,15 +302,34 @@ inline int prefill_splits(const PrefillSplit* sp, int T, int nh, long keys, cons
     return (int)std::max(1L, std::min<long>(want, sp->max_splits));
 }
 
-// keys: how many keys the chunk's last query sees (its position + 1), when the caller knows it (for split keys); sp:
-// split-key scratch, or null; force_splits > 0: that many runs whatever the heuristic says (tests).
+// Which kernel: the kit's choice, or one named (tests, the microbenchmark). MONOCU_PREFILL_ATTN=portable in the
+// environment makes the kit's choice the portable kernel everywhere (before/after measurements on one binary).
+enum class AttnKernel { Auto, Portable, Hopper };
+
+inline bool prefill_attention_portable_forced() {
+    static const bool forced = [] {
+        const char* e = std::getenv("MONOCU_PREFILL_ATTN");
+        return e && std::string(e) == "portable";
+    }();
+    return forced;
+}
+
+// keys: how many keys the chunk's last query sees (its position + 1), when the caller knows it (for split keys and the
+// Hopper kernel); sp: split-key scratch, or null; force_splits > 0: that many runs whatever the heuristic says (tests).
+// The Hopper kernel (attention_sm90.cuh) takes every unsplit pass it fits; the portable one the rest.
 inline void prefill_attention(const __half* q, KvType type, const KvLayer& kv, const int* d_pos, bf16* out, int T, int nh, int nkv,
                               int hd, int ctx, const AttnParams& ap, cudaStream_t stream, const PrefillSplit* sp = nullptr, long keys = 0,
-                              int force_splits = 0) {
+                              int force_splits = 0, AttnKernel kernel = AttnKernel::Auto) {
     if (T <= 0) return;
     attn_params_check(ap, "prefill_attention");
     if (nh % nkv != 0) die("prefill_attention: %d heads are not a multiple of %d KV heads", nh, nkv);
     int splits = force_splits > 0 ? force_splits : prefill_splits(sp, T, nh, keys, ap);
+    if (kernel == AttnKernel::Hopper ||
+        (kernel == AttnKernel::Auto && splits == 1 && !prefill_attention_portable_forced() &&
+         prefill_attention_sm90_fits(type, hd, ap, keys, kv))) {
+        if (force_splits > 1) die("prefill_attention: the Hopper kernel does not split keys");
+        return prefill_attention_sm90(q, type, kv, d_pos, out, T, nh, nkv, hd, ctx, keys, ap, stream);
+    }
     if (splits > 1 && (!sp || T > sp->max_rows || splits > sp->max_splits || nh > sp->n_heads || hd != sp->head_dim || ap.h2o_stats))
         die("prefill_attention: %d key splits of %d rows do not fit the scratch", splits, T);
     dim3 grid(CEIL_DIV(T, kAttnQ), nh, splits);

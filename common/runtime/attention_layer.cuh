@@ -137,7 +137,7 @@ inline bool attention_chunk(Attention& a, const AttnLayer& L, const KvLayer& kv,
     double keys = (pos0 > 0 ? kv_row(ap, pos0) : 0) + (T + 1) / 2.0;
     OpScope op("attention", st, 4.0 * T * keys * s.n_heads * s.head_dim);
     prefill_attention(q, own ? KvType::F16 : a.kv.type, own ? fresh : kv, d_pos, out + (size_t)row0 * q_w, T, s.n_heads, s.n_kv, s.head_dim,
-                      own ? a.fresh_rows : a.kv.ctx, ap, st, &a.split, own ? 0 : (long)kv_row(ap, pos0) + T);
+                      own ? a.fresh_rows : a.kv.ctx, ap, st, &a.split, own ? T : (long)kv_row(ap, pos0) + T);
     return own;
 }
 
