@@ -9,7 +9,7 @@
 //
 // A block owns 128 queries of one head (grid x = head, so the heads of a KV group run side by side and share its
 // tiles in L2; grid y = query block, the longest first). Warpgroup 0 loads: one thread issues the bulk copies of the
-// block's Q tile once and of each 128-key K and V tile into a ring of 2 stages, each stage's "full" barrier
+// block's Q tile once and of each 128-key K and V tile into a ring of 3 stages, each stage's "full" barrier
 // completing when its bytes have landed and its "empty" barrier when both computing warpgroups have finished with it.
 // Warpgroups 1 and 2 compute, 64 query rows each: S = Q K^T (wgmma, both from shared memory, fp32 accumulators in
 // registers), the online softmax of attention.cuh on S in registers, then O += P V with P straight from registers
@@ -34,7 +34,7 @@ namespace monocu {
 
 #if defined(MONOCU_SM90A)
 
-constexpr int kSm90AttnM = 128, kSm90AttnN = 128, kSm90Stages = 2, kSm90Threads = 384;
+constexpr int kSm90AttnM = 128, kSm90AttnN = 128, kSm90Stages = 3, kSm90Threads = 384;
 
 template <int HD>
 struct Sm90AttnSmem {
@@ -44,6 +44,13 @@ struct Sm90AttnSmem {
     uint16_t v[kSm90Stages][kAtoms][kSm90AttnN][64];
     uint64_t full_q, full_k[kSm90Stages], full_v[kSm90Stages], empty_k[kSm90Stages], empty_v[kSm90Stages];
 };
+
+// 2^x in one instruction (subnormal results flush to 0: they would be rounded away in P's 16 bits anyway).
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 
 struct Sm90AttnArgs {
     const int* d_pos;  // the first query's position (the chunk's)
@@ -211,8 +218,8 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
         l_lo *= c_lo, l_hi *= c_hi;
 #pragma unroll
         for (int n = 0; n < BN / 8; n++) {
-            sc[4 * n] = exp2f(fmaf(sc[4 * n], a.scale_log2, -use_lo)), sc[4 * n + 1] = exp2f(fmaf(sc[4 * n + 1], a.scale_log2, -use_lo));
-            sc[4 * n + 2] = exp2f(fmaf(sc[4 * n + 2], a.scale_log2, -use_hi)), sc[4 * n + 3] = exp2f(fmaf(sc[4 * n + 3], a.scale_log2, -use_hi));
+            sc[4 * n] = exp2_ftz(fmaf(sc[4 * n], a.scale_log2, -use_lo)), sc[4 * n + 1] = exp2_ftz(fmaf(sc[4 * n + 1], a.scale_log2, -use_lo));
+            sc[4 * n + 2] = exp2_ftz(fmaf(sc[4 * n + 2], a.scale_log2, -use_hi)), sc[4 * n + 3] = exp2_ftz(fmaf(sc[4 * n + 3], a.scale_log2, -use_hi));
             l_lo += sc[4 * n] + sc[4 * n + 1], l_hi += sc[4 * n + 2] + sc[4 * n + 3];
         }
     };
