@@ -1033,7 +1033,7 @@ TEST_CASE("paged KV: flash-decoding of many sequences in one launch and prefill 
 // The Hopper kernel (attention_sm90.cuh) on its own: tiles of 128 queries and 128 keys, so chunk lengths around and
 // across them; GQA 1/4/7; windows shorter than the chunk; sinks; fp16 copy and bf16 cache; contiguous and paged. The
 // cache rows past the chunk's last key are NaN (as unwritten memory is): the kernel must never let them in.
-TEST_CASE("prefill attention on Hopper (wgmma, TMA, warp-specialised): tile edges, GQA 1/4/7, windows, sinks, paged, NaN past the keys") {
+TEST_CASE("prefill attention on Hopper (wgmma, TMA, warp-specialised): tile edges, GQA 1/4/7, windows, sinks, FP8, paged, NaN past the keys") {
     AttnParams probe;
     if (!prefill_attention_sm90_fits(KvType::BF16, 128, probe, 1, KvLayer{})) {
         MESSAGE("skipped: not built for sm_90a (the Hopper kernel is not in this build)");
@@ -1041,7 +1041,7 @@ TEST_CASE("prefill attention on Hopper (wgmma, TMA, warp-specialised): tile edge
     }
     Rng r(38);
     struct Chunk { int T, pos0, window; };
-    for (KvType kt : {KvType::F16, KvType::BF16})
+    for (KvType kt : {KvType::F16, KvType::BF16, KvType::FP8})
         for (int hd : {64, 128})
             for (int G : {1, 4, 7})
                 for (Chunk tp : {Chunk{1, 0, 0}, Chunk{127, 0, 0}, Chunk{128, 0, 0}, Chunk{129, 0, 0}, Chunk{300, 0, 0}, Chunk{203, 37, 0},
@@ -1066,12 +1066,17 @@ TEST_CASE("prefill attention on Hopper (wgmma, TMA, warp-specialised): tile edge
                         if (sinks_on) ap.sinks = d_sinks.p;
                         auto q = round_to_half(random_floats((size_t)T * nh * hd, r, 1.5f));
                         TestCache cache = make_test_cache(kt, random_floats((size_t)nkv * ctx * hd, r, 1.5f), random_floats((size_t)nkv * ctx * hd, r), hd);
-                        {  // rows n .. ctx - 1 of each head: NaN
+                        {  // rows n .. ctx - 1 of each head: NaN (and NaN scales)
+                            const int eb = kt == KvType::FP8 ? 1 : 2;
                             std::vector<uint8_t> kk = cache.k->download(), vv = cache.v->download();
+                            std::vector<float> ks = cache.ks->download(), vs = cache.vs->download();
                             for (int h = 0; h < nkv; h++)
-                                for (int p = n; p < ctx; p++)
-                                    for (int i = 0; i < hd * 2; i++) kk[((size_t)h * ctx + p) * hd * 2 + i] = vv[((size_t)h * ctx + p) * hd * 2 + i] = 0xFF;
+                                for (int p = n; p < ctx; p++) {
+                                    for (int i = 0; i < hd * eb; i++) kk[((size_t)h * ctx + p) * hd * eb + i] = vv[((size_t)h * ctx + p) * hd * eb + i] = 0xFF;
+                                    ks[(size_t)h * ctx + p] = vs[(size_t)h * ctx + p] = NAN;
+                                }
                             cache.k = std::make_unique<DeviceVec<uint8_t>>(kk), cache.v = std::make_unique<DeviceVec<uint8_t>>(vv);
+                            cache.ks = std::make_unique<DeviceVec<float>>(ks), cache.vs = std::make_unique<DeviceVec<float>>(vs);
                         }
                         DeviceVec<__half> d_q(to_half(q));
                         DeviceVec<bf16> d_out((size_t)T * nh * hd);
@@ -1079,17 +1084,19 @@ TEST_CASE("prefill attention on Hopper (wgmma, TMA, warp-specialised): tile edge
                         auto ref = attention_ref(q, cache.kref, cache.vref, T, pos0, nh, nkv, hd, ctx, tp.window, sinks_on ? &sinks : nullptr);
                         d_out.poison();
                         prefill_attention(d_q.p, kt, cache.layer(), d_pos.p, d_out.p, T, nh, nkv, hd, ctx, ap, 0, nullptr, n, 0, AttnKernel::Hopper);
-                        CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), kt == KvType::F16 ? 2.5e-3 : 5e-3);
+                        CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), kt == KvType::F16 ? 2.5e-3 : kt == KvType::FP8 ? 4e-3 : 5e-3);
                     }
                 }
     // Paged: a chunk ending at its sequence's last key (the block's other rows unused: NaN), blocks of 16 rows.
+    for (KvType kt : {KvType::BF16, KvType::FP8})
     for (int hd : {64, 128})
         for (int G : {1, 4}) {
+            CAPTURE((int)kt);
             CAPTURE(hd);
             CAPTURE(G);
             const int nkv = 2, nh = nkv * G;
             std::vector<int> lens = {100, 777, 1500};
-            PagedCache pc = make_paged_cache(KvType::BF16, lens, nkv, hd, r, 0xFF);
+            PagedCache pc = make_paged_cache(kt, lens, nkv, hd, r, 0xFF);
             const int z = 1, T = 300, pos0 = lens[z] - T;
             auto q = round_to_half(random_floats((size_t)T * nh * hd, r, 1.5f));
             DeviceVec<__half> d_q(to_half(q));
@@ -1103,9 +1110,8 @@ TEST_CASE("prefill attention on Hopper (wgmma, TMA, warp-specialised): tile edge
                 ap.window = window;
                 auto ref = attention_ref(q, pc.kref[z], pc.vref[z], T, pos0, nh, nkv, hd, lens[z], window);
                 d_out.poison();
-                prefill_attention(d_q.p, KvType::BF16, L, d_pos.p, d_out.p, T, nh, nkv, hd, pc.pool_rows, ap, 0, nullptr, lens[z], 0,
-                                  AttnKernel::Hopper);
-                CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), 5e-3);
+                prefill_attention(d_q.p, kt, L, d_pos.p, d_out.p, T, nh, nkv, hd, pc.pool_rows, ap, 0, nullptr, lens[z], 0, AttnKernel::Hopper);
+                CHECK_CLOSE(compare(from_bf16(d_out.download()), ref), kt == KvType::FP8 ? 4e-3 : 5e-3);
             }
         }
 }

@@ -3,7 +3,7 @@
 //   build/sm_90/tools/bench_attention [--quick]
 //
 // Prefill: causal attention of one pass over T queries (a prompt at position 0 over its own fp16 keys, as a chunk at
-// position 0 runs), and a 2048-token chunk at the end of a 16k prompt over a bf16 cache (a long prompt's later
+// position 0 runs), and a 2048-token chunk at the end of a 16k prompt over a bf16 or FP8 cache (a long prompt's later
 // chunks), for Qwen3-8B / Llama-3-8B heads (32 query, 8 KV, head_dim 128) and GPT-OSS's (64 / 8 / 64). Each through
 // the portable kernel (attention.cuh) and the Hopper one (attention_sm90.cuh) where built. FLOPs count Q K^T and
 // P V over the keys each query sees (4 head_dim per query-key pair and head, FlashAttention's convention for causal
@@ -44,13 +44,14 @@ static __global__ void fill_float_kernel(float* p, size_t n, float v) {
 struct PrefillCase {
     const char* name;
     int nh, nkv, hd, T, pos0;
+    bool fp8 = false;  // an FP8 cache (a chunk past position 0)
 };
 
 static void bench_prefill(const PrefillCase& c, double gemm_tflops, cudaStream_t st) {
     GpuMemory mem;
     const int rows = c.pos0 + c.T;  // the cache (or the copy) holds every key the pass sees
     const bool own = c.pos0 == 0;
-    const KvType type = own ? KvType::F16 : KvType::BF16;
+    const KvType type = own ? KvType::F16 : c.fp8 ? KvType::FP8 : KvType::BF16;
     __half* q = mem.alloc<__half>((size_t)c.T * c.nh * c.hd, "q");
     uint16_t* k = mem.alloc<uint16_t>((size_t)c.nkv * rows * c.hd, "k");
     uint16_t* v = mem.alloc<uint16_t>((size_t)c.nkv * rows * c.hd, "v");
@@ -58,7 +59,15 @@ static void bench_prefill(const PrefillCase& c, double gemm_tflops, cudaStream_t
     int* d_pos = mem.alloc<int>(1, "pos");
     CUDA_CHECK(cudaMemcpy(d_pos, &c.pos0, sizeof(int), cudaMemcpyHostToDevice));
     fill_half_kernel<<<1024, 256, 0, st>>>(q, (size_t)c.T * c.nh * c.hd, 1);
-    if (own) {
+    KvLayer L;
+    L.k = k, L.v = v;
+    if (c.fp8) {
+        L.k_scale = mem.alloc<float>((size_t)c.nkv * rows, "ks"), L.v_scale = mem.alloc<float>((size_t)c.nkv * rows, "vs");
+        fill_bytes_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<uint8_t*>(k), (size_t)c.nkv * rows * c.hd, 2);
+        fill_bytes_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<uint8_t*>(v), (size_t)c.nkv * rows * c.hd, 3);
+        fill_float_kernel<<<1024, 256, 0, st>>>(L.k_scale, (size_t)c.nkv * rows, 0.01f);
+        fill_float_kernel<<<1024, 256, 0, st>>>(L.v_scale, (size_t)c.nkv * rows, 0.01f);
+    } else if (own) {
         fill_half_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<__half*>(k), (size_t)c.nkv * rows * c.hd, 2);
         fill_half_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<__half*>(v), (size_t)c.nkv * rows * c.hd, 3);
     } else {
@@ -66,8 +75,6 @@ static void bench_prefill(const PrefillCase& c, double gemm_tflops, cudaStream_t
         fill_bf16_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<bf16*>(v), (size_t)c.nkv * rows * c.hd, 3);
     }
     LAUNCH_CHECK();
-    KvLayer L;
-    L.k = k, L.v = v;
     AttnParams ap;
     const double flop = 4.0 * c.nh * c.hd * c.T * (c.pos0 + (c.T + 1) / 2.0);
     std::printf("%-34s", c.name);
@@ -125,9 +132,22 @@ static void bench_decode(KvType type, int len, int n, double copy_gbs, cudaStrea
                }) / reps;
     const double bytes = (double)n * len * nkv * 2 * (hd * eb + (type == KvType::FP8 ? 4 : 0));
     const double gbs = bytes / (ms * 1e-3) / 1e9;
-    std::printf("decode %-4s ctx %6d  seqs %3d%s | %8.1f us | %7.1f GB/s | %5.1f%% of copy | %5.2fx the bytes' time\n",
+    std::printf("decode %-4s ctx %6d  seqs %3d%s | %8.1f us | %7.1f GB/s | %5.1f%% of copy | %5.2fx the bytes' time",
                 type == KvType::FP8 ? "fp8" : "bf16", len, n, n > 1 ? " (paged)" : "        ", ms * 1e3, gbs, 100.0 * gbs / copy_gbs,
                 copy_gbs / gbs);
+    if (n == 1) {  // the plan's split count against more: where the one-sequence time goes
+        for (int mult : {2, 4}) {
+            FlashDecode more = fd;
+            more.n_splits = std::min(fd.n_splits * mult, kFdMaxSplits);
+            more.part_o = mem.alloc<float>((size_t)nh * more.n_splits * hd, "parts");
+            more.part_ml = mem.alloc<float2>((size_t)nh * more.n_splits, "parts");
+            float m2 = median_ms(st, 2, 7, [&] {
+                           for (int r = 0; r < reps; r++) flash_decode(more, q, type, L, d_pos, out, st, AttnParams{}, 1);
+                       }) / reps;
+            std::printf(" | %d splits %.1f us", more.n_splits, m2 * 1e3);
+        }
+    }
+    std::printf("\n");
 }
 
 int main(int argc, char** argv) {
@@ -148,10 +168,11 @@ int main(int argc, char** argv) {
         {"qwen3-8b heads, T 1024 at 0", 32, 8, 128, 1024, 0},  {"qwen3-8b heads, T 2048 at 0", 32, 8, 128, 2048, 0},
         {"qwen3-8b heads, T 4096 at 0", 32, 8, 128, 4096, 0},  {"qwen3-8b heads, T 8192 at 0", 32, 8, 128, 8192, 0},
         {"qwen3-8b heads, T 16384 at 0", 32, 8, 128, 16384, 0}, {"qwen3-8b heads, T 2048 at 14336", 32, 8, 128, 2048, 14336},
-        {"gpt-oss heads (64/8/64), T 16384", 64, 8, 64, 16384, 0}, {"gpt-oss heads, T 2048 at 14336", 64, 8, 64, 2048, 14336},
+        {"qwen3-8b heads, ... fp8 cache", 32, 8, 128, 2048, 14336, true}, {"gpt-oss heads (64/8/64), T 16384", 64, 8, 64, 16384, 0},
+        {"gpt-oss heads, T 2048 at 14336", 64, 8, 64, 2048, 14336},
     };
     for (const PrefillCase& c : cases)
-        if (!quick || c.T == 16384) bench_prefill(c, gemm_tflops, st);
+        if (!quick || c.T == 16384 || c.pos0 == 14336) bench_prefill(c, gemm_tflops, st);
     std::printf("\n");
     for (KvType t : {KvType::BF16, KvType::FP8})
         for (int len : {16384, 65536})

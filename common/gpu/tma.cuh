@@ -1,8 +1,8 @@
 // gpu/tma.cuh — Hopper's bulk tensor copies (TMA) and the shared-memory barriers they complete on (sm_90).
 //
 // Usage:
-//   CUtensorMap m = tma_map_3d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, base, {64, rows, heads}, {row_bytes, head_bytes},
-//                              {64, box_rows, 1});    // host: a 3-D view of a 16-bit tensor, 128-byte swizzled boxes
+//   CUtensorMap m = tma_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, base, {64, rows, heads}, {row_bytes, head_bytes},
+//                           {64, box_rows, 1});       // host: a 3-D view of a 16-bit tensor, 128-byte swizzled boxes
 //   kernel<<<...>>>(m, ...)                             // passed by value as a `const __grid_constant__ CUtensorMap`
 //   mbar_init(&bar, arrivals); mbar_init_fence();       // one thread, then a barrier of the block
 //   mbar_expect_tx(&bar, bytes); tma_load_3d(dst, &m, &bar, x, y, z);   // the loading thread
@@ -38,19 +38,22 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tma_encoder() {
     return fn;
 }
 
-// dims: elements along x (contiguous), y, z; strides: bytes between consecutive y and z; box: elements copied per load
-// (box[0] * 2 bytes = 128: one swizzled row).
-inline CUtensorMap tma_map_3d(CUtensorMapDataType type, const void* base, const uint64_t (&dims)[3], const uint64_t (&strides)[2],
-                              const uint32_t (&box)[3]) {
+// A view of a tensor of rank 2 or 3: dims in elements, x contiguous; strides: bytes between consecutive y (and z);
+// box: elements copied per load. With the 128-byte swizzle a box row is 128 bytes (box[0] * element size).
+template <int RANK>
+inline CUtensorMap tma_map(CUtensorMapDataType type, const void* base, const uint64_t (&dims)[RANK], const uint64_t (&strides)[RANK - 1],
+                           const uint32_t (&box)[RANK], CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
+    static_assert(RANK == 2 || RANK == 3, "tma_map: rank 2 or 3");
     CUtensorMap m;
-    const cuuint64_t gdim[3] = {dims[0], dims[1], dims[2]};
-    const cuuint64_t gstride[2] = {strides[0], strides[1]};
-    const cuuint32_t bdim[3] = {box[0], box[1], box[2]}, estride[3] = {1, 1, 1};
-    CUresult r = tma_encoder()(&m, type, 3, const_cast<void*>(base), gdim, gstride, bdim, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    cuuint64_t gdim[RANK], gstride[RANK - 1];
+    cuuint32_t bdim[RANK], estride[RANK];
+    for (int i = 0; i < RANK; i++) gdim[i] = dims[i], bdim[i] = box[i], estride[i] = 1;
+    for (int i = 0; i < RANK - 1; i++) gstride[i] = strides[i];
+    CUresult r = tma_encoder()(&m, type, RANK, const_cast<void*>(base), gdim, gstride, bdim, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
-        die("cuTensorMapEncodeTiled failed (%d) for a %llu x %llu x %llu tensor, box %u x %u x %u", (int)r, (unsigned long long)dims[0],
-            (unsigned long long)dims[1], (unsigned long long)dims[2], box[0], box[1], box[2]);
+        die("cuTensorMapEncodeTiled failed (%d) for a rank-%d tensor %llu x %llu, box %u x %u", (int)r, RANK, (unsigned long long)dims[0],
+            (unsigned long long)dims[1], box[0], box[1]);
     return m;
 }
 

@@ -3,10 +3,9 @@
 //
 // Usage (attention.cuh's prefill_attention chooses it where it applies; the arguments are that function's):
 //   if (prefill_attention_sm90_fits(type, hd, ap, keys, kv)) prefill_attention_sm90(q, type, kv, d_pos, out, T, nh, nkv, hd, ctx, keys, ap, st);
-// It takes 16-bit keys and values (a bf16 cache, or the fp16 copy of a chunk's own), contiguous or paged, head_dim
-// 64 or 128, any GQA ratio, sliding windows and sinks; the portable kernel (attention.cuh) does the rest (FP8 caches,
-// KV eviction's statistics, split keys for short chunks) and every other GPU.
-//
+// It takes a bf16 or FP8 cache (or the fp16 copy of a chunk's own keys and values), contiguous or paged, head_dim 64 or
+// 128, any GQA ratio, sliding windows and sinks; the portable kernel (attention.cuh) does the rest (KV eviction's
+// statistics, split keys for short chunks) and every other GPU.
 // A block owns 128 queries of one head (grid x = head, so the heads of a KV group run side by side and share its
 // tiles in L2; grid y = query block, the longest first). Warpgroup 0 loads: one thread issues the bulk copies of the
 // block's Q tile once and of each 128-key K and V tile into a ring of 3 stages, each stage's "full" barrier
@@ -15,12 +14,16 @@
 // registers), the online softmax of attention.cuh on S in registers, then O += P V with P straight from registers
 // (the accumulator layout is the A operand's, wgmma.cuh) and V read "transposed" from its row-major tile. The key
 // tiles run from the diagonal down, so only the first (and, with a window, the last) needs the per-element mask.
-// The loading warpgroup gives its registers to the computing ones (setmaxnreg 24 / 240).
+// The loading warpgroup gives its registers to the computing ones (setmaxnreg 24 / 240). Over an FP8 cache the copies
+// bring the e4m3 codes and their row scales, and the whole loading warpgroup widens each tile to fp16 in place (times
+// its scales, as the portable kernel does), in a ring of 2 stages (48 / 224 registers; 72 / 216 at head_dim 64).
 //
 // Rows past the keys a block may see are not loaded (paged) or read as zeros (past the view's extent), but a
 // paged tile's stale rows, or the cache's unwritten ones (0xFF: NaN), would make 0 x NaN in P V: the computing
 // warpgroups zero those V rows of the diagonal tile before using it. Their scores are masked by selection.
 #pragma once
+
+#include <type_traits>
 
 #include "gpu/memory.cuh"
 #include "gpu/mma.cuh"
@@ -34,15 +37,22 @@ namespace monocu {
 
 #if defined(MONOCU_SM90A)
 
-constexpr int kSm90AttnM = 128, kSm90AttnN = 128, kSm90Stages = 3, kSm90Threads = 384;
+constexpr int kSm90AttnM = 128, kSm90AttnN = 128, kSm90Threads = 384;
 
-template <int HD>
+// Ring stages: 3 for 16-bit tiles; 2 for an FP8 cache, whose stages also hold the scales (2 x 3 x 64 KB of tiles
+// and Q's 32 KB would leave no room for them).
+template <KvType KV>
+constexpr int sm90_stages() { return KV == KvType::FP8 ? 2 : 3; }
+
+template <int HD, KvType KV>
 struct Sm90AttnSmem {
-    static constexpr int kAtoms = HD / 64;  // 64-column blocks of a row (one 128-byte swizzled row each)
+    static constexpr int kAtoms = HD / 64, S = sm90_stages<KV>();  // 64-column blocks of a row (a 128-byte swizzled row each)
     uint16_t q[kAtoms][kSm90AttnM][64];
-    uint16_t k[kSm90Stages][kAtoms][kSm90AttnN][64];
-    uint16_t v[kSm90Stages][kAtoms][kSm90AttnN][64];
-    uint64_t full_q, full_k[kSm90Stages], full_v[kSm90Stages], empty_k[kSm90Stages], empty_v[kSm90Stages];
+    uint16_t k[S][kAtoms][kSm90AttnN][64];
+    uint16_t v[S][kAtoms][kSm90AttnN][64];
+    float k_scale[KV == KvType::FP8 ? S : 1][kSm90AttnN], v_scale[KV == KvType::FP8 ? S : 1][kSm90AttnN];  // FP8 only
+    uint64_t full_q, full_k[S], full_v[S], empty_k[S], empty_v[S];
+    uint64_t load_k[S], load_v[S];  // FP8: the codes and scales have landed (full_*: converted)
 };
 
 // 2^x in one instruction (subnormal results flush to 0: they would be rounded away in P's 16 bits anyway).
@@ -60,40 +70,104 @@ struct Sm90AttnArgs {
     bf16* out;
     const int* pages;  // paged: the sequence's block table, blocks of 2^page_shift rows; else null
     int page_shift;
+    const float *k_scale, *v_scale;  // FP8: the layer's row scales [n_kv][ctx]
+    int ctx;
 };
 
-// One K or V tile (keys kt .. kt + 127 of KV head kvh) into its stage; returns the bytes announced. Paged, a box per
-// block (or per 128 rows of a larger block), and none for blocks wholly past the last key.
-template <int HD>
-__device__ __forceinline__ uint32_t sm90_load_kv(const CUtensorMap* map, uint16_t (*dst)[kSm90AttnN][64], uint64_t* bar, int kt, int kvh,
-                                                 int n_keys, const Sm90AttnArgs& a) {
+// One K or V tile (keys kt .. kt + 127 of KV head kvh) into its stage, completing on bar. Paged, a box per block (or
+// per 128 rows of a larger block), and none for blocks wholly past the last key. 16-bit rows land as the tile
+// (128-byte swizzled, 64 columns a box); FP8 rows land as codes in the upper half of the stage (unswizzled, a whole
+// row a box), for the loading warpgroup to widen (sm90_widen_fp8).
+template <int HD, KvType KV>
+__device__ __forceinline__ void sm90_load_kv(const CUtensorMap* map, uint16_t (*dst)[kSm90AttnN][64], uint64_t* bar, int kt, int kvh,
+                                             int n_keys, const Sm90AttnArgs& a) {
     constexpr int A = HD / 64;
-    if (!a.pages) {
-        mbar_expect_tx(bar, kSm90AttnN * HD * 2);
-#pragma unroll
-        for (int at = 0; at < A; at++) tma_load_3d(&dst[at][0][0], map, bar, at * 64, kt, kvh);
-        return kSm90AttnN * HD * 2;
-    }
-    const int R = min(kSm90AttnN, 1 << a.page_shift);
+    constexpr bool FP8 = KV == KvType::FP8;
+    const int R = a.pages ? min(kSm90AttnN, 1 << a.page_shift) : kSm90AttnN;
     int boxes = 0;
     for (int r = 0; r < kSm90AttnN && kt + r < n_keys; r += R) boxes++;
-    const uint32_t bytes = boxes * R * HD * 2;
-    mbar_expect_tx(bar, bytes);
+    if (!a.pages) boxes = 1;  // contiguous: rows past the view's extent read as zeros
+    mbar_expect_tx(bar, boxes * R * HD * (FP8 ? 1 : 2));
+    uint8_t* codes = reinterpret_cast<uint8_t*>(&dst[0][0][0]) + kSm90AttnN * HD;  // FP8: the stage's upper half
     for (int b = 0; b < boxes; b++) {
-        const int row = kv_page_row(a.pages, a.page_shift, kt + b * R);
+        const int row = a.pages ? kv_page_row(a.pages, a.page_shift, kt + b * R) : kt;
+        if constexpr (FP8) {
+            tma_load_3d(codes + b * R * HD, map, bar, 0, row, kvh);
+        } else {
 #pragma unroll
-        for (int at = 0; at < A; at++) tma_load_3d(&dst[at][b * R][0], map, bar, at * 64, row, kvh);
+            for (int at = 0; at < A; at++) tma_load_3d(&dst[at][b * R][0], map, bar, at * 64, row, kvh);
+        }
     }
-    return bytes;
 }
 
-template <int HD, bool F16>
+// 16 e4m3 codes times their row's scale as fp16: columns 16 col .. + 15 of a tile row, stored where the 128-byte
+// swizzle puts them (64-column block col / 4, its 16-byte chunks 2 (col % 4) and + 1, permuted by row % 8).
+__device__ __forceinline__ void sm90_put_fp8x16(uint8_t* tile, int row, int col, uint4 raw, float scale) {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(&raw);
+    uint32_t h[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        __half2_raw x = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(p[k]), __NV_E4M3);
+        float2 f = __half22float2(*reinterpret_cast<__half2*>(&x));
+        h[k] = pack_half2(fminf(fmaxf(f.x * scale, -65504.f), 65504.f), fminf(fmaxf(f.y * scale, -65504.f), 65504.f));
+    }
+    uint8_t* row_base = tile + (col / 4) * (kSm90AttnN * 128) + row * 128;
+    *reinterpret_cast<uint4*>(row_base + ((((col % 4) * 2) ^ (row & 7)) * 16)) = make_uint4(h[0], h[1], h[2], h[3]);
+    *reinterpret_cast<uint4*>(row_base + ((((col % 4) * 2 + 1) ^ (row & 7)) * 16)) = make_uint4(h[4], h[5], h[6], h[7]);
+}
+
+// The loading warpgroup (128 threads), an FP8 tile: the e4m3 codes in the stage's upper half, times their row scales,
+// into fp16 in the stage itself, 128-byte swizzled as the MMAs read it. Writes must not overtake the reads of the codes
+// they cover. head_dim 128: a row's codes lie exactly under its second 64-column block, so the 8 lanes that own a row
+// read it whole before writing it (a warp barrier). head_dim 64: fp16 rows 64-127 cover the codes of rows 0-127, so
+// each half of the rows is read into registers before a barrier of the warpgroup and written after it.
+template <int HD>
+__device__ __forceinline__ void sm90_widen_fp8(uint16_t (*tile)[kSm90AttnN][64], const float* scales, int tid) {
+    uint8_t* base = reinterpret_cast<uint8_t*>(&tile[0][0][0]);
+    const uint8_t* codes = base + kSm90AttnN * HD;
+    if constexpr (HD == 128) {
+#pragma unroll 2
+        for (int step = 0; step < kSm90AttnN / 16; step++) {
+            const int row = step * 16 + tid / 8, col = tid % 8;
+            const uint4 raw = *reinterpret_cast<const uint4*>(codes + row * HD + col * 16);
+            const float sc = scales[row];
+            __syncwarp();
+            sm90_put_fp8x16(base, row, col, raw, sc);
+        }
+    } else {
+        static_assert(HD == 64, "sm90_widen_fp8: head_dim 64 or 128");
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            uint4 raw[2];
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int ch = tid + 128 * j, row = half * 64 + ch / 4;
+                raw[j] = *reinterpret_cast<const uint4*>(codes + row * HD + (ch % 4) * 16);
+            }
+            named_barrier(6, 128);  // (1-5: the computing warpgroups')
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int ch = tid + 128 * j, row = half * 64 + ch / 4;
+                sm90_put_fp8x16(base, row, ch % 4, raw[j], scales[row]);
+            }
+        }
+    }
+    fence_proxy_async();
+}
+
+template <int HD, KvType KV>
 __global__ void __launch_bounds__(kSm90Threads, 1)
     prefill_attention_sm90_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                                   const __grid_constant__ CUtensorMap tv, const Sm90AttnArgs a) {
-    constexpr int A = HD / 64, BM = kSm90AttnM, BN = kSm90AttnN, S = kSm90Stages;
+    constexpr int A = HD / 64, BM = kSm90AttnM, BN = kSm90AttnN, S = sm90_stages<KV>();
+    constexpr bool F16 = KV != KvType::BF16, FP8 = KV == KvType::FP8;  // the MMAs' type: fp16 unless over a bf16 cache
+    // Registers per thread: every warpgroup starts at the launch's share; the computing ones may grow only by what the
+    // loading one gives back (setmaxnreg.inc would wait for registers forever).
+    constexpr int kEntryRegs = 65536 / kSm90Threads / 8 * 8, kLoadRegs = !FP8 ? 24 : HD == 64 ? 72 : 48;
+    constexpr int kMathRegs = !FP8 ? 240 : HD == 64 ? 216 : 224;
+    static_assert((kEntryRegs - kLoadRegs) * 128 >= (kMathRegs - kEntryRegs) * 256, "the computing warpgroups' registers exceed the launch's");
     extern __shared__ uint8_t smem_raw[];
-    auto& sm = *reinterpret_cast<Sm90AttnSmem<HD>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    auto& sm = *reinterpret_cast<Sm90AttnSmem<HD, KV>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 
     const int h = blockIdx.x, qb = gridDim.y - 1 - blockIdx.y, kvh = h / (a.nh / a.nkv);
     const int pos0 = *a.d_pos;
@@ -105,30 +179,70 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
     if (threadIdx.x == 0) {
         mbar_init(&sm.full_q, 1);
         for (int s = 0; s < S; s++) {
-            mbar_init(&sm.full_k[s], 1), mbar_init(&sm.full_v[s], 1);
+            mbar_init(&sm.full_k[s], FP8 ? 128 : 1), mbar_init(&sm.full_v[s], FP8 ? 128 : 1);
             mbar_init(&sm.empty_k[s], 256), mbar_init(&sm.empty_v[s], 256);
+            mbar_init(&sm.load_k[s], 1), mbar_init(&sm.load_v[s], 1);
         }
         mbar_init_fence();
     }
     __syncthreads();
 
     if (wg == 0) {  // the loader
-        warpgroup_reg_dealloc<24>();
-        if (threadIdx.x == 0) {
-            mbar_expect_tx(&sm.full_q, BM * HD * 2);
+        const int tid = threadIdx.x;
+        auto issue_k = [&](int i) {  // tile i's K (one thread); FP8: as codes, completing on load_k
+            const int s = i % S, kt = key_lo + (n_tiles - 1 - i) * BN;
+            if (i >= S) mbar_wait(&sm.empty_k[s], ((i / S) - 1) & 1);
+            sm90_load_kv<HD, KV>(&tk, sm.k[s], FP8 ? &sm.load_k[s] : &sm.full_k[s], kt, kvh, n_keys, a);
+        };
+        auto issue_v = [&](int i) {
+            const int s = i % S, kt = key_lo + (n_tiles - 1 - i) * BN;
+            if (i >= S) mbar_wait(&sm.empty_v[s], ((i / S) - 1) & 1);
+            sm90_load_kv<HD, KV>(&tv, sm.v[s], FP8 ? &sm.load_v[s] : &sm.full_v[s], kt, kvh, n_keys, a);
+        };
+        if constexpr (!FP8) {
+            warpgroup_reg_dealloc<kLoadRegs>();
+            if (tid == 0) {
+                mbar_expect_tx(&sm.full_q, BM * HD * 2);
 #pragma unroll
-            for (int at = 0; at < A; at++) tma_load_3d(&sm.q[at][0][0], &tq, &sm.full_q, at * 64, h, qb * BM);
+                for (int at = 0; at < A; at++) tma_load_3d(&sm.q[at][0][0], &tq, &sm.full_q, at * 64, h, qb * BM);
+                for (int i = 0; i < n_tiles; i++) issue_k(i), issue_v(i);
+            }
+        } else {
+            // FP8: thread 0 issues tile i + 1's copies, then the warpgroup widens tile i. K before V: the computing
+            // warpgroups free tile i - 1's V stage only after they have tile i's K. Thread r loads row r's scales a
+            // tile ahead (0 past the last key).
+            warpgroup_reg_dealloc<kLoadRegs>();
+            if (tid == 0) {
+                mbar_expect_tx(&sm.full_q, BM * HD * 2);
+#pragma unroll
+                for (int at = 0; at < A; at++) tma_load_3d(&sm.q[at][0][0], &tq, &sm.full_q, at * 64, h, qb * BM);
+                issue_k(0), issue_v(0);
+            }
+            auto scales_of = [&](int i, float& ks, float& vs) {
+                const int key = key_lo + (n_tiles - 1 - i) * BN + tid;
+                const size_t row = (size_t)kvh * a.ctx + (key < n_keys ? kv_page_row(a.pages, a.page_shift, key) : 0);
+                ks = key < n_keys ? a.k_scale[row] : 0.f, vs = key < n_keys ? a.v_scale[row] : 0.f;
+            };
+            float next_ks, next_vs;
+            scales_of(0, next_ks, next_vs);
             for (int i = 0; i < n_tiles; i++) {
-                const int s = i % S, kt = key_lo + (n_tiles - 1 - i) * BN;
-                if (i >= S) mbar_wait(&sm.empty_k[s], ((i / S) - 1) & 1);
-                sm90_load_kv<HD>(&tk, sm.k[s], &sm.full_k[s], kt, kvh, n_keys, a);
-                if (i >= S) mbar_wait(&sm.empty_v[s], ((i / S) - 1) & 1);
-                sm90_load_kv<HD>(&tv, sm.v[s], &sm.full_v[s], kt, kvh, n_keys, a);
+                const int s = i % S;
+                sm.k_scale[s][tid] = next_ks, sm.v_scale[s][tid] = next_vs;
+                if (i + 1 < n_tiles) scales_of(i + 1, next_ks, next_vs);
+                if (tid == 0 && i + 1 < n_tiles) issue_k(i + 1);
+                named_barrier(6, 128);  // the scales
+                mbar_wait(&sm.load_k[s], (i / S) & 1);
+                sm90_widen_fp8<HD>(sm.k[s], sm.k_scale[s], tid);
+                mbar_arrive(&sm.full_k[s]);
+                if (tid == 0 && i + 1 < n_tiles) issue_v(i + 1);
+                mbar_wait(&sm.load_v[s], (i / S) & 1);
+                sm90_widen_fp8<HD>(sm.v[s], sm.v_scale[s], tid);
+                mbar_arrive(&sm.full_v[s]);
             }
         }
         return;
     }
-    warpgroup_reg_alloc<240>();
+    warpgroup_reg_alloc<kMathRegs>();
 
     // A computing warpgroup: query rows c * 64 .. c * 64 + 63 of the block.
     const int c = wg - 1, tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -296,37 +410,41 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
     }
 }
 
-template <int HD, bool F16>
+template <int HD, KvType KV>
 inline void prefill_attention_sm90_launch(const __half* q, const KvLayer& kv, const int* d_pos, bf16* out, int T, int nh, int nkv, int ctx,
                                           long keys, const AttnParams& ap, cudaStream_t stream) {
-    const CUtensorMapDataType kv_type = F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    // Rows the view may read: the cache's (or the pool's); contiguous, no more than the chunk can see (a copy's rows past
+    // Rows the views may read: the cache's (or the pool's); contiguous, no more than the chunk can see (a copy's rows past
     // its chunk may lie past its buffer, and rows past the keys then read as zeros).
-    const uint64_t rows = kv.pages ? (uint64_t)ctx : (uint64_t)std::min<long>(ctx, keys);
-    const uint32_t box_rows = kv.pages ? (uint32_t)std::min(kSm90AttnN, 1 << kv.page_shift) : (uint32_t)kSm90AttnN;
-    const CUtensorMap tq = tma_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT16, q, {(uint64_t)HD, (uint64_t)nh, (uint64_t)T},
-                                      {(uint64_t)HD * 2, (uint64_t)nh * HD * 2}, {64, 1, kSm90AttnM});
-    const CUtensorMap tk = tma_map_3d(kv_type, kv.k, {(uint64_t)HD, rows, (uint64_t)nkv}, {(uint64_t)HD * 2, (uint64_t)ctx * HD * 2},
-                                      {64, box_rows, 1});
-    const CUtensorMap tv = tma_map_3d(kv_type, kv.v, {(uint64_t)HD, rows, (uint64_t)nkv}, {(uint64_t)HD * 2, (uint64_t)ctx * HD * 2},
-                                      {64, box_rows, 1});
-    Sm90AttnArgs a{d_pos, T, nh, nkv, 1.4426950408889634f / sqrtf((float)HD), ap, out, kv.pages, kv.page_shift};
-    const size_t smem = sizeof(Sm90AttnSmem<HD>) + 1024;  // + room to align the tiles to 1024 bytes
-    allow_dynamic_smem(prefill_attention_sm90_kernel<HD, F16>, smem);
+    const uint64_t rows = kv.pages ? (uint64_t)ctx : (uint64_t)std::min<long>(ctx, keys), H = HD, N = nkv, C = ctx;
+    const uint32_t R = kv.pages ? (uint32_t)std::min(kSm90AttnN, 1 << kv.page_shift) : (uint32_t)kSm90AttnN;
+    const CUtensorMap tq = tma_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT16, q, {H, (uint64_t)nh, (uint64_t)T}, {H * 2, (uint64_t)nh * HD * 2},
+                                   {64, 1, kSm90AttnM});
+    CUtensorMap tk, tv;
+    if constexpr (KV == KvType::FP8) {  // codes: a whole row a box, unswizzled (the scales are read by the loading threads)
+        tk = tma_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, kv.k, {H, rows, N}, {H, C * H}, {(uint32_t)HD, R, 1}, CU_TENSOR_MAP_SWIZZLE_NONE);
+        tv = tma_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, kv.v, {H, rows, N}, {H, C * H}, {(uint32_t)HD, R, 1}, CU_TENSOR_MAP_SWIZZLE_NONE);
+    } else {
+        const CUtensorMapDataType type = KV == KvType::F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+        tk = tma_map(type, kv.k, {H, rows, N}, {H * 2, C * H * 2}, {64, R, 1});
+        tv = tma_map(type, kv.v, {H, rows, N}, {H * 2, C * H * 2}, {64, R, 1});
+    }
+    Sm90AttnArgs a{d_pos, T, nh, nkv, 1.4426950408889634f / sqrtf((float)HD), ap, out, kv.pages, kv.page_shift, kv.k_scale, kv.v_scale, ctx};
+    const size_t smem = sizeof(Sm90AttnSmem<HD, KV>) + 1024;  // + room to align the tiles to 1024 bytes
+    allow_dynamic_smem(prefill_attention_sm90_kernel<HD, KV>, smem);
     dim3 grid(nh, CEIL_DIV(T, kSm90AttnM));
-    prefill_attention_sm90_kernel<HD, F16><<<grid, kSm90Threads, smem, stream>>>(tq, tk, tv, a);
+    prefill_attention_sm90_kernel<HD, KV><<<grid, kSm90Threads, smem, stream>>>(tq, tk, tv, a);
     LAUNCH_CHECK();
 }
 
 #endif  // MONOCU_SM90A
 
-// Whether the Hopper kernel takes this pass: built for sm_90a, 16-bit keys and values, head_dim 64 or 128, no KV
-// eviction, a known bound on the keys read (the chunk's last position + 1), and paged blocks of at least 8 rows (a
-// box must start on a 1024-byte boundary of the swizzle).
+// Whether the Hopper kernel takes this pass: built for sm_90a, head_dim 64 or 128, no KV eviction, a known bound on
+// the keys read (the chunk's last position + 1), and paged blocks of at least 8 rows (a 16-bit box must start on a
+// 1024-byte boundary of the swizzle).
 inline bool prefill_attention_sm90_fits(KvType type, int hd, const AttnParams& ap, long keys, const KvLayer& kv) {
 #if defined(MONOCU_SM90A)
-    return type != KvType::FP8 && (hd == 64 || hd == 128) && !ap.h2o_stats && ap.kv_budget == 0 && keys > 0 &&
-           (!kv.pages || kv.page_shift >= 3);
+    (void)type;  // every cache type fits
+    return (hd == 64 || hd == 128) && !ap.h2o_stats && ap.kv_budget == 0 && keys > 0 && (!kv.pages || kv.page_shift >= 3);
 #else
     (void)type, (void)hd, (void)ap, (void)keys, (void)kv;
     return false;
@@ -337,11 +455,14 @@ inline void prefill_attention_sm90(const __half* q, KvType type, const KvLayer& 
                                    int hd, int ctx, long keys, const AttnParams& ap, cudaStream_t stream) {
     if (!prefill_attention_sm90_fits(type, hd, ap, keys, kv)) die("prefill_attention_sm90: this pass does not fit the Hopper kernel");
 #if defined(MONOCU_SM90A)
-    const bool f16 = type == KvType::F16;
-    if (hd == 64) f16 ? prefill_attention_sm90_launch<64, true>(q, kv, d_pos, out, T, nh, nkv, ctx, keys, ap, stream)
-                      : prefill_attention_sm90_launch<64, false>(q, kv, d_pos, out, T, nh, nkv, ctx, keys, ap, stream);
-    else f16 ? prefill_attention_sm90_launch<128, true>(q, kv, d_pos, out, T, nh, nkv, ctx, keys, ap, stream)
-             : prefill_attention_sm90_launch<128, false>(q, kv, d_pos, out, T, nh, nkv, ctx, keys, ap, stream);
+    auto go = [&](auto hd_c, auto kv_c) {
+        prefill_attention_sm90_launch<decltype(hd_c)::value, decltype(kv_c)::value>(q, kv, d_pos, out, T, nh, nkv, ctx, keys, ap, stream);
+    };
+    using KT = KvType;
+    auto with_hd = [&](auto kv_c) { hd == 64 ? go(std::integral_constant<int, 64>{}, kv_c) : go(std::integral_constant<int, 128>{}, kv_c); };
+    if (type == KT::F16) with_hd(std::integral_constant<KT, KT::F16>{});
+    else if (type == KT::BF16) with_hd(std::integral_constant<KT, KT::BF16>{});
+    else with_hd(std::integral_constant<KT, KT::FP8>{});
 #else
     (void)q, (void)kv, (void)d_pos, (void)out, (void)T, (void)nh, (void)nkv, (void)ctx, (void)stream;
 #endif
