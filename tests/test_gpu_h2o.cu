@@ -374,7 +374,10 @@ TEST_CASE("attention through an evicting cache: window = budget decodes as a sli
         auto a = run_attention(evicting, prompt, 30, 0, d_pos, nh, hd);
         auto b = run_attention(full, prompt, 30, 0, d_pos, nh, hd);
         std::vector<double> bd(b.begin(), b.end());
-        CHECK_CLOSE(compare(a, bd), 1e-6);
+        // The same attention, but not always the same kernel: the evicting cache's prefill records softmax statistics,
+        // which only the portable kernel does, while the full one may take Hopper's (attention_sm90.cuh): their bf16
+        // outputs may differ by a rounding (3.9e-4 seen on an H100).
+        CHECK_CLOSE(compare(a, bd), prefill_attention_sm90_fits(kt, hd, AttnParams{}, 30, KvLayer{}) ? 2e-3 : 1e-6);
         AttnLayer windowed;
         windowed.params.window = budget + 1;
         double worst = 0;

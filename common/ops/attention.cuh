@@ -316,7 +316,8 @@ inline bool prefill_attention_portable_forced() {
 
 // keys: how many keys the chunk's last query sees (its position + 1), when the caller knows it (for split keys and the
 // Hopper kernel); sp: split-key scratch, or null; force_splits > 0: that many runs whatever the heuristic says (tests).
-// The Hopper kernel (attention_sm90.cuh) takes every unsplit pass it fits; the portable one the rest.
+// The Hopper kernel (attention_sm90.cuh) takes every unsplit pass it fits, unless the caller names a kernel (the batched
+// core names the portable one for now: runtime/attention_layer.cuh); the portable one the rest.
 inline void prefill_attention(const __half* q, KvType type, const KvLayer& kv, const int* d_pos, bf16* out, int T, int nh, int nkv,
                               int hd, int ctx, const AttnParams& ap, cudaStream_t stream, const PrefillSplit* sp = nullptr, long keys = 0,
                               int force_splits = 0, AttnKernel kernel = AttnKernel::Auto) {

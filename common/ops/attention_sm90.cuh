@@ -15,12 +15,14 @@
 // (the accumulator layout is the A operand's, wgmma.cuh) and V read "transposed" from its row-major tile. The key
 // tiles run from the diagonal down, so only the first (and, with a window, the last) needs the per-element mask.
 // The loading warpgroup gives its registers to the computing ones (setmaxnreg 24 / 240). Over an FP8 cache the copies
-// bring the e4m3 codes and their row scales, and the whole loading warpgroup widens each tile to fp16 in place (times
-// its scales, as the portable kernel does), in a ring of 2 stages (48 / 224 registers; 72 / 216 at head_dim 64).
+// bring the e4m3 codes, and the whole loading warpgroup widens each tile to fp16 in place, times the row scales it
+// reads itself (as the portable kernel scales them), K a tile ahead of V, in a ring of 2 stages (48 / 224 registers;
+// 72 / 216 at head_dim 64).
 //
 // Rows past the keys a block may see are not loaded (paged) or read as zeros (past the view's extent), but a
 // paged tile's stale rows, or the cache's unwritten ones (0xFF: NaN), would make 0 x NaN in P V: the computing
-// warpgroups zero those V rows of the diagonal tile before using it. Their scores are masked by selection.
+// warpgroups zero those V rows of the diagonal tile before using it (FP8: the widening writes them as zeros). Their
+// scores are masked by selection.
 #pragma once
 
 #include <type_traits>
@@ -39,8 +41,8 @@ namespace monocu {
 
 constexpr int kSm90AttnM = 128, kSm90AttnN = 128, kSm90Threads = 384;
 
-// Ring stages: 3 for 16-bit tiles; 2 for an FP8 cache, whose stages also hold the scales (2 x 3 x 64 KB of tiles
-// and Q's 32 KB would leave no room for them).
+// Ring stages: 3 for 16-bit tiles; 2 for an FP8 cache, which also keeps the scales (3 x 64 KB of tiles and Q's
+// 32 KB leave no room for them in 227 KB).
 template <KvType KV>
 constexpr int sm90_stages() { return KV == KvType::FP8 ? 2 : 3; }
 
@@ -52,7 +54,7 @@ struct Sm90AttnSmem {
     uint16_t v[S][kAtoms][kSm90AttnN][64];
     float k_scale[KV == KvType::FP8 ? S : 1][kSm90AttnN], v_scale[KV == KvType::FP8 ? S : 1][kSm90AttnN];  // FP8 only
     uint64_t full_q, full_k[S], full_v[S], empty_k[S], empty_v[S];
-    uint64_t load_k[S], load_v[S];  // FP8: the codes and scales have landed (full_*: converted)
+    uint64_t load_k[S], load_v[S];  // FP8: the codes have landed (full_*: widened)
 };
 
 // 2^x in one instruction (subnormal results flush to 0: they would be rounded away in P's 16 bits anyway).
@@ -110,6 +112,7 @@ __device__ __forceinline__ void sm90_put_fp8x16(uint8_t* tile, int row, int col,
         __half2_raw x = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(p[k]), __NV_E4M3);
         float2 f = __half22float2(*reinterpret_cast<__half2*>(&x));
         h[k] = pack_half2(fminf(fmaxf(f.x * scale, -65504.f), 65504.f), fminf(fmaxf(f.y * scale, -65504.f), 65504.f));
+        if (scale == 0.f) h[k] = 0;  // a row past the last key (a cache row's scale is never 0): zero, whatever its codes
     }
     uint8_t* row_base = tile + (col / 4) * (kSm90AttnN * 128) + row * 128;
     *reinterpret_cast<uint4*>(row_base + ((((col % 4) * 2) ^ (row & 7)) * 16)) = make_uint4(h[0], h[1], h[2], h[3]);
@@ -223,18 +226,27 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
                 const size_t row = (size_t)kvh * a.ctx + (key < n_keys ? kv_page_row(a.pages, a.page_shift, key) : 0);
                 ks = key < n_keys ? a.k_scale[row] : 0.f, vs = key < n_keys ? a.v_scale[row] : 0.f;
             };
-            float next_ks, next_vs;
-            scales_of(0, next_ks, next_vs);
+            // K runs a tile ahead of V: the computing warpgroups' Q K^T of tile i + 1 must not wait behind the widening
+            // of tile i's V, which waits (for its stage) on their P V of tile i - 1.
+            float ks_next, vs_next, unused;
+            scales_of(0, ks_next, vs_next);
+            auto widen_k = [&](int j) {  // tile j's K, and tile j + 1's K copies started
+                sm.k_scale[j % S][tid] = ks_next;
+                if (j + 1 < n_tiles) scales_of(j + 1, ks_next, unused);
+                if (tid == 0 && j + 1 < n_tiles) issue_k(j + 1);
+                named_barrier(6, 128);  // the scales
+                mbar_wait(&sm.load_k[j % S], (j / S) & 1);
+                sm90_widen_fp8<HD>(sm.k[j % S], sm.k_scale[j % S], tid);
+                mbar_arrive(&sm.full_k[j % S]);
+            };
+            widen_k(0);
             for (int i = 0; i < n_tiles; i++) {
                 const int s = i % S;
-                sm.k_scale[s][tid] = next_ks, sm.v_scale[s][tid] = next_vs;
-                if (i + 1 < n_tiles) scales_of(i + 1, next_ks, next_vs);
-                if (tid == 0 && i + 1 < n_tiles) issue_k(i + 1);
-                named_barrier(6, 128);  // the scales
-                mbar_wait(&sm.load_k[s], (i / S) & 1);
-                sm90_widen_fp8<HD>(sm.k[s], sm.k_scale[s], tid);
-                mbar_arrive(&sm.full_k[s]);
+                if (i + 1 < n_tiles) widen_k(i + 1);
+                sm.v_scale[s][tid] = vs_next;
+                if (i + 1 < n_tiles) scales_of(i + 1, unused, vs_next);
                 if (tid == 0 && i + 1 < n_tiles) issue_v(i + 1);
+                named_barrier(6, 128);  // the scales
                 mbar_wait(&sm.load_v[s], (i / S) & 1);
                 sm90_widen_fp8<HD>(sm.v[s], sm.v_scale[s], tid);
                 mbar_arrive(&sm.full_v[s]);
@@ -345,8 +357,10 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
         }
     };
 
-    // The diagonal tile (tile 0): its V rows past the last key zeroed by both warpgroups (see the top).
-    if (n_keys - (key_lo + (n_tiles - 1) * BN) < BN) {
+    // The diagonal tile (tile 0): its V rows past the last key zeroed by both warpgroups (see the top). FP8 tiles
+    // come widened with those rows zero already (the loading warpgroup's K runs ahead of V and needs tile 0's Q K^T
+    // done before it widens tile 0's V).
+    if (!FP8 && n_keys - (key_lo + (n_tiles - 1) * BN) < BN) {
         const int from = n_keys - (key_lo + (n_tiles - 1) * BN), tid2 = threadIdx.x - 128;
         mbar_wait(&sm.full_v[0], 0);
         for (int e = tid2; e < A * (BN - from) * 8; e += 256) {

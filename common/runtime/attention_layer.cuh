@@ -112,9 +112,9 @@ inline std::string kv_eviction_note(const Attention& a) {
 
 // One prompt chunk of one sequence: rows row0 .. row0 + T - 1 of qkv and out, at positions pos0 .. (d_pos: the rows'
 // positions on the device); its keys and values go to kv (through its table when paged). A chunk at position 0 attends
-// to its own fp16 copy, written beside the cache (`fresh`); returns whether it did.
+// to its own fp16 copy, written beside the cache (`fresh`); returns whether it did. kernel: the prefill attention's.
 inline bool attention_chunk(Attention& a, const AttnLayer& L, const KvLayer& kv, const AttnParams& ap, const float* qkv, const int* d_pos,
-                            int pos0, int T, int row0, bf16* out, cudaStream_t st) {
+                            int pos0, int T, int row0, bf16* out, cudaStream_t st, AttnKernel kernel = AttnKernel::Auto) {
     const AttnSpec& s = a.spec;
     const size_t q_w = (size_t)s.n_heads * s.head_dim, qkv_w = q_w + 2 * (size_t)s.n_kv * s.head_dim;
     if (row0 + T > a.fresh_rows && a.fresh.k) die("attention: rows %d..%d pass the %d planned", row0, row0 + T - 1, a.fresh_rows);
@@ -137,7 +137,7 @@ inline bool attention_chunk(Attention& a, const AttnLayer& L, const KvLayer& kv,
     double keys = (pos0 > 0 ? kv_row(ap, pos0) : 0) + (T + 1) / 2.0;
     OpScope op("attention", st, 4.0 * T * keys * s.n_heads * s.head_dim);
     prefill_attention(q, own ? KvType::F16 : a.kv.type, own ? fresh : kv, d_pos, out + (size_t)row0 * q_w, T, s.n_heads, s.n_kv, s.head_dim,
-                      own ? a.fresh_rows : a.kv.ctx, ap, st, &a.split, own ? T : (long)kv_row(ap, pos0) + T);
+                      own ? a.fresh_rows : a.kv.ctx, ap, st, &a.split, own ? T : (long)kv_row(ap, pos0) + T, 0, kernel);
     return own;
 }
 
@@ -155,10 +155,12 @@ inline void attention_paged(Attention& a, const AttnLayer& L, int layer, const f
         flash_decode_fused(a.fd, DecodeQkv{qkv, L.q_norm, L.k_norm, L.rope ? L.rope->cos_sin : nullptr, s.eps}, a.kv.type, kv, b.pos, out, st,
                            ap, b.n_decode);
     }
+    // The prefill chunks stay on the portable attention kernel for now: with the Hopper one, the batched GPU test saw one
+    // line of 64 leave its solo tokens at a float32 near tie (tiny-llama3, -np 64; kb/status.md), not yet rerun.
     for (int i = b.n_decode; i < b.n_seqs; i++) {
         const BatchSeq& q = b.seqs[i];
         kv.pages = b.tables + (size_t)i * b.table_stride;
-        attention_chunk(a, L, kv, ap, qkv, b.pos + q.row0, q.pos0, q.n, q.row0, out, st);
+        attention_chunk(a, L, kv, ap, qkv, b.pos + q.row0, q.pos0, q.n, q.row0, out, st, AttnKernel::Portable);
     }
 }
 
