@@ -41,6 +41,14 @@ static __global__ void fill_float_kernel(float* p, size_t n, float v) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = v;
 }
 
+// An FP8 cache's codes (moderate, no NaN) and row scales, n rows of hd per tensor.
+static void fill_fp8_cache(const KvLayer& L, size_t rows, int hd, cudaStream_t st) {
+    fill_bytes_kernel<<<1024, 256, 0, st>>>(static_cast<uint8_t*>(L.k), rows * hd, 2);
+    fill_bytes_kernel<<<1024, 256, 0, st>>>(static_cast<uint8_t*>(L.v), rows * hd, 3);
+    fill_float_kernel<<<1024, 256, 0, st>>>(L.k_scale, rows, 0.01f);
+    fill_float_kernel<<<1024, 256, 0, st>>>(L.v_scale, rows, 0.01f);
+}
+
 struct PrefillCase {
     const char* name;
     int nh, nkv, hd, T, pos0;
@@ -63,10 +71,7 @@ static void bench_prefill(const PrefillCase& c, double gemm_tflops, cudaStream_t
     L.k = k, L.v = v;
     if (c.fp8) {
         L.k_scale = mem.alloc<float>((size_t)c.nkv * rows, "ks"), L.v_scale = mem.alloc<float>((size_t)c.nkv * rows, "vs");
-        fill_bytes_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<uint8_t*>(k), (size_t)c.nkv * rows * c.hd, 2);
-        fill_bytes_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<uint8_t*>(v), (size_t)c.nkv * rows * c.hd, 3);
-        fill_float_kernel<<<1024, 256, 0, st>>>(L.k_scale, (size_t)c.nkv * rows, 0.01f);
-        fill_float_kernel<<<1024, 256, 0, st>>>(L.v_scale, (size_t)c.nkv * rows, 0.01f);
+        fill_fp8_cache(L, (size_t)c.nkv * rows, c.hd, st);
     } else if (own) {
         fill_half_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<__half*>(k), (size_t)c.nkv * rows * c.hd, 2);
         fill_half_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<__half*>(v), (size_t)c.nkv * rows * c.hd, 3);
@@ -99,13 +104,11 @@ static void bench_decode(KvType type, int len, int n, double copy_gbs, cudaStrea
     const size_t eb = type == KvType::FP8 ? 1 : 2, rows = (size_t)pool * bs;
     uint8_t* k = mem.alloc<uint8_t>(nkv * rows * hd * eb, "k");
     uint8_t* v = mem.alloc<uint8_t>(nkv * rows * hd * eb, "v");
-    float *ks = nullptr, *vs = nullptr;
+    KvLayer L;
+    L.k = k, L.v = v;
     if (type == KvType::FP8) {
-        ks = mem.alloc<float>(nkv * rows, "ks"), vs = mem.alloc<float>(nkv * rows, "vs");
-        fill_bytes_kernel<<<1024, 256, 0, st>>>(k, nkv * rows * hd, 4);
-        fill_bytes_kernel<<<1024, 256, 0, st>>>(v, nkv * rows * hd, 5);
-        fill_float_kernel<<<1024, 256, 0, st>>>(ks, nkv * rows, 0.01f);
-        fill_float_kernel<<<1024, 256, 0, st>>>(vs, nkv * rows, 0.01f);
+        L.k_scale = mem.alloc<float>(nkv * rows, "ks"), L.v_scale = mem.alloc<float>(nkv * rows, "vs");
+        fill_fp8_cache(L, nkv * rows, hd, st);
     } else {
         fill_bf16_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<bf16*>(k), nkv * rows * hd, 4);
         fill_bf16_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<bf16*>(v), nkv * rows * hd, 5);
@@ -122,8 +125,6 @@ static void bench_decode(KvType type, int len, int n, double copy_gbs, cudaStrea
     bf16* out = mem.alloc<bf16>((size_t)n * nh * hd, "out");
     fill_bf16_kernel<<<1024, 256, 0, st>>>(q, (size_t)n * nh * hd, 6);
     LAUNCH_CHECK();
-    KvLayer L;
-    L.k = k, L.v = v, L.k_scale = ks, L.v_scale = vs;
     if (n > 1) L.pages = d_tables, L.page_shift = 4, L.pages_stride = blocks_per;
     FlashDecode fd = n > 1 ? flash_decode_plan(nh, nkv, hd, (int)rows, mem, n, len) : flash_decode_plan(nh, nkv, hd, (int)rows, mem);
     const int reps = 20;

@@ -86,9 +86,9 @@ __device__ __forceinline__ void sm90_load_kv(const CUtensorMap* map, uint16_t (*
     constexpr int A = HD / 64;
     constexpr bool FP8 = KV == KvType::FP8;
     const int R = a.pages ? min(kSm90AttnN, 1 << a.page_shift) : kSm90AttnN;
-    int boxes = 0;
-    for (int r = 0; r < kSm90AttnN && kt + r < n_keys; r += R) boxes++;
-    if (!a.pages) boxes = 1;  // contiguous: rows past the view's extent read as zeros
+    int boxes = 1;  // contiguous: one box (rows past the view's extent read as zeros)
+    if (a.pages)
+        for (boxes = 0; boxes * R < kSm90AttnN && kt + boxes * R < n_keys;) boxes++;
     mbar_expect_tx(bar, boxes * R * HD * (FP8 ? 1 : 2));
     uint8_t* codes = reinterpret_cast<uint8_t*>(&dst[0][0][0]) + kSm90AttnN * HD;  // FP8: the stage's upper half
     for (int b = 0; b < boxes; b++) {
@@ -190,66 +190,51 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
     }
     __syncthreads();
 
+    auto tile_key0 = [&](int i) { return key_lo + (n_tiles - 1 - i) * BN; };  // tile i's first key
     if (wg == 0) {  // the loader
         const int tid = threadIdx.x;
-        auto issue_k = [&](int i) {  // tile i's K (one thread); FP8: as codes, completing on load_k
-            const int s = i % S, kt = key_lo + (n_tiles - 1 - i) * BN;
-            if (i >= S) mbar_wait(&sm.empty_k[s], ((i / S) - 1) & 1);
-            sm90_load_kv<HD, KV>(&tk, sm.k[s], FP8 ? &sm.load_k[s] : &sm.full_k[s], kt, kvh, n_keys, a);
+        warpgroup_reg_dealloc<kLoadRegs>();
+        // Tile i's K (v = 0) or V (v = 1), by one thread, once its stage is free; FP8: as codes, completing on load_*.
+        auto issue = [&](int i, int v) {
+            const int s = i % S;
+            if (i >= S) mbar_wait(v ? &sm.empty_v[s] : &sm.empty_k[s], ((i / S) - 1) & 1);
+            uint64_t* bar = FP8 ? (v ? &sm.load_v[s] : &sm.load_k[s]) : (v ? &sm.full_v[s] : &sm.full_k[s]);
+            sm90_load_kv<HD, KV>(v ? &tv : &tk, v ? sm.v[s] : sm.k[s], bar, tile_key0(i), kvh, n_keys, a);
         };
-        auto issue_v = [&](int i) {
-            const int s = i % S, kt = key_lo + (n_tiles - 1 - i) * BN;
-            if (i >= S) mbar_wait(&sm.empty_v[s], ((i / S) - 1) & 1);
-            sm90_load_kv<HD, KV>(&tv, sm.v[s], FP8 ? &sm.load_v[s] : &sm.full_v[s], kt, kvh, n_keys, a);
-        };
-        if constexpr (!FP8) {
-            warpgroup_reg_dealloc<kLoadRegs>();
-            if (tid == 0) {
-                mbar_expect_tx(&sm.full_q, BM * HD * 2);
+        if (tid == 0) {
+            mbar_expect_tx(&sm.full_q, BM * HD * 2);
 #pragma unroll
-                for (int at = 0; at < A; at++) tma_load_3d(&sm.q[at][0][0], &tq, &sm.full_q, at * 64, h, qb * BM);
-                for (int i = 0; i < n_tiles; i++) issue_k(i), issue_v(i);
-            }
-        } else {
-            // FP8: thread 0 issues tile i + 1's copies, then the warpgroup widens tile i. K before V: the computing
-            // warpgroups free tile i - 1's V stage only after they have tile i's K. Thread r loads row r's scales a
-            // tile ahead (0 past the last key).
-            warpgroup_reg_dealloc<kLoadRegs>();
-            if (tid == 0) {
-                mbar_expect_tx(&sm.full_q, BM * HD * 2);
-#pragma unroll
-                for (int at = 0; at < A; at++) tma_load_3d(&sm.q[at][0][0], &tq, &sm.full_q, at * 64, h, qb * BM);
-                issue_k(0), issue_v(0);
-            }
-            auto scales_of = [&](int i, float& ks, float& vs) {
-                const int key = key_lo + (n_tiles - 1 - i) * BN + tid;
-                const size_t row = (size_t)kvh * a.ctx + (key < n_keys ? kv_page_row(a.pages, a.page_shift, key) : 0);
-                ks = key < n_keys ? a.k_scale[row] : 0.f, vs = key < n_keys ? a.v_scale[row] : 0.f;
+            for (int at = 0; at < A; at++) tma_load_3d(&sm.q[at][0][0], &tq, &sm.full_q, at * 64, h, qb * BM);
+            for (int i = 0; i < (FP8 ? 1 : n_tiles); i++) issue(i, 0), issue(i, 1);  // FP8: the rest as the tiles are widened
+        }
+        if constexpr (FP8) {
+            // Thread 0 starts the next tile's copies, then the warpgroup widens this one. K runs a tile ahead of V: the
+            // computing warpgroups' Q K^T of tile i + 1 must not wait behind the widening of tile i's V, which waits (for
+            // its stage) on their P V of tile i - 1. Thread r reads row r's scales a tile ahead (0 past the last key).
+            auto scale_of = [&](const float* scales, int i) {
+                const int key = tile_key0(i) + tid;
+                return key < n_keys ? scales[(size_t)kvh * a.ctx + kv_page_row(a.pages, a.page_shift, key)] : 0.f;
             };
-            // K runs a tile ahead of V: the computing warpgroups' Q K^T of tile i + 1 must not wait behind the widening
-            // of tile i's V, which waits (for its stage) on their P V of tile i - 1.
-            float ks_next, vs_next, unused;
-            scales_of(0, ks_next, vs_next);
-            auto widen_k = [&](int j) {  // tile j's K, and tile j + 1's K copies started
-                sm.k_scale[j % S][tid] = ks_next;
-                if (j + 1 < n_tiles) scales_of(j + 1, ks_next, unused);
-                if (tid == 0 && j + 1 < n_tiles) issue_k(j + 1);
+            // Tile j of K (v = 0) or V: its scales into shared memory (the next tile's read ahead), the next tile's copies,
+            // then the widening.
+            float next[2] = {scale_of(a.k_scale, 0), scale_of(a.v_scale, 0)};
+            auto widen = [&](int j, int v) {
+                const int s = j % S;
+                float* scales = v ? sm.v_scale[s] : sm.k_scale[s];
+                scales[tid] = next[v];
+                if (j + 1 < n_tiles) {
+                    next[v] = scale_of(v ? a.v_scale : a.k_scale, j + 1);
+                    if (tid == 0) issue(j + 1, v);
+                }
                 named_barrier(6, 128);  // the scales
-                mbar_wait(&sm.load_k[j % S], (j / S) & 1);
-                sm90_widen_fp8<HD>(sm.k[j % S], sm.k_scale[j % S], tid);
-                mbar_arrive(&sm.full_k[j % S]);
+                mbar_wait(v ? &sm.load_v[s] : &sm.load_k[s], (j / S) & 1);
+                sm90_widen_fp8<HD>(v ? sm.v[s] : sm.k[s], scales, tid);
+                mbar_arrive(v ? &sm.full_v[s] : &sm.full_k[s]);
             };
-            widen_k(0);
+            widen(0, 0);
             for (int i = 0; i < n_tiles; i++) {
-                const int s = i % S;
-                if (i + 1 < n_tiles) widen_k(i + 1);
-                sm.v_scale[s][tid] = vs_next;
-                if (i + 1 < n_tiles) scales_of(i + 1, unused, vs_next);
-                if (tid == 0 && i + 1 < n_tiles) issue_v(i + 1);
-                named_barrier(6, 128);  // the scales
-                mbar_wait(&sm.load_v[s], (i / S) & 1);
-                sm90_widen_fp8<HD>(sm.v[s], sm.v_scale[s], tid);
-                mbar_arrive(&sm.full_v[s]);
+                if (i + 1 < n_tiles) widen(i + 1, 0);
+                widen(i, 1);
             }
         }
         return;
@@ -316,7 +301,7 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
     // The online softmax of tile i's S (waited for) in place: scaled to log2 units, masked where a row may not see a
     // key (only tiles crossing the diagonal or a window edge), P = 2^(S - m); returns each row's rescale of O.
     auto softmax = [&](int i, float& c_lo, float& c_hi) {
-        const int kt = key_lo + (n_tiles - 1 - i) * BN;
+        const int kt = tile_key0(i);
         const bool masked = kt + BN - 1 > wg_pos || kt < attn_first_key(a.ap, wg_pos + 63);
         // The maxima are taken on the raw scores (the scale is positive) and the scale joins the exponent's FMA.
         float mx_lo = -INFINITY, mx_hi = -INFINITY;
@@ -360,8 +345,8 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
     // The diagonal tile (tile 0): its V rows past the last key zeroed by both warpgroups (see the top). FP8 tiles
     // come widened with those rows zero already (the loading warpgroup's K runs ahead of V and needs tile 0's Q K^T
     // done before it widens tile 0's V).
-    if (!FP8 && n_keys - (key_lo + (n_tiles - 1) * BN) < BN) {
-        const int from = n_keys - (key_lo + (n_tiles - 1) * BN), tid2 = threadIdx.x - 128;
+    if (!FP8 && n_keys - tile_key0(0) < BN) {
+        const int from = n_keys - tile_key0(0), tid2 = threadIdx.x - 128;
         mbar_wait(&sm.full_v[0], 0);
         for (int e = tid2; e < A * (BN - from) * 8; e += 256) {
             const int at = e / ((BN - from) * 8), r = from + (e / 8) % (BN - from), ch = e % 8;
