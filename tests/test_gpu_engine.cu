@@ -64,8 +64,19 @@ static double rel_l2(const NpyArray& a, const NpyArray& b) {
 }
 
 // Greedy tokens must agree until the reference's top-1/top-2 gap drops below this (random weights
-// near-tie sometimes; past such a step the two continuations may legitimately differ).
+// near-tie sometimes; past such a step the two continuations may legitimately differ), or below 1% of the
+// reference logits' rms over the prompt, whichever is larger: our logits may differ from fp32's by ~1% of their
+// scale (the taps' bar is 2%), so a smaller gap is a tie at our precision. (tiny-lfm2, logits' rms 7.1: its step 20
+// has a gap of 0.061; its first runs with the Hopper prefill attention took the other token there, its decode steps
+// (-ub 1) this one.)
 constexpr float kClearGap = 0.05f;
+constexpr double kClearGapOfRms = 0.01;
+
+static double rms(const NpyArray& a) {
+    double s = 0;
+    for (float x : a.data) s += (double)x * x;
+    return a.data.empty() ? 0.0 : std::sqrt(s / a.data.size());
+}
 
 TEST_CASE("every engine matches transformers on the tiny test models") {
     std::string root = "tests/data/models";
@@ -96,8 +107,9 @@ TEST_CASE("every engine matches transformers on the tiny test models") {
             CHECK_MESSAGE(e < 2e-2, "rel_l2 ", e);
         }
         NpyArray ids = npy_read(out / "ids.npy");
+        const double clear_gap = std::max((double)kClearGap, kClearGapOfRms * rms(npy_read(dir + "/ref/logits.npy")));
         size_t checked = 0;
-        for (size_t i = 0; i < ref_ids.data.size() && gaps.data[i] >= kClearGap; i++, checked++) {
+        for (size_t i = 0; i < ref_ids.data.size() && gaps.data[i] >= clear_gap; i++, checked++) {
             CAPTURE(i);
             REQUIRE(i < ids.data.size());
             CHECK(ids.data[i] == ref_ids.data[i]);

@@ -1,6 +1,6 @@
 // bench_attention — prefill attention TFLOP/s and decode attention GB/s (a microbenchmark, not a test).
 //
-//   build/sm_90/tools/bench_attention [--quick]
+//   build/sm_90/tools/bench_attention [--quick | --decode]   (--quick: the 16k prefill cases and one sequence; --decode: no prefill)
 //
 // Prefill: causal attention of one pass over T queries (a prompt at position 0 over its own fp16 keys, as a chunk at
 // position 0 runs), and a 2048-token chunk at the end of a 16k prompt over a bf16 or FP8 cache (a long prompt's later
@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -97,6 +98,51 @@ static void bench_prefill(const PrefillCase& c, double gemm_tflops, cudaStream_t
     std::printf("\n");
 }
 
+#ifdef MONOCU_TRACE
+// Profiling build (nvcc -DMONOCU_TRACE): where one launch pair's time goes. Three launches back to back are traced;
+// the second one's blocks are summarised, in us from its first split block's start.
+static void trace_decode(const std::function<void()>& once, cudaStream_t st) {
+    once();
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    trace_enable(true);
+    for (int i = 0; i < 3; i++) once();
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    trace_enable(false);
+    unsigned n = 0;
+    CUDA_CHECK(cudaMemcpyFromSymbol(&n, g_trace_count, sizeof n));
+    std::vector<TraceRecord> r(std::min(n, kTraceCapacity));
+    CUDA_CHECK(cudaMemcpyFromSymbol(r.data(), g_trace, r.size() * sizeof(TraceRecord)));
+    std::vector<TraceRecord> split, merge;
+    for (const TraceRecord& x : r) (x.kind == 2 ? split : merge).push_back(x);
+    auto by_start = [](const TraceRecord& a, const TraceRecord& b) { return a.t[0] < b.t[0]; };
+    std::sort(split.begin(), split.end(), by_start), std::sort(merge.begin(), merge.end(), by_start);
+    const size_t ns = split.size() / 3, nm = merge.size() / 3;
+    if (ns == 0 || nm == 0) return;
+    std::vector<TraceRecord> s(split.begin() + ns, split.begin() + 2 * ns), m(merge.begin() + nm, merge.begin() + 2 * nm);
+    const double t0 = (double)s[0].t[0];
+    auto us = [&](unsigned long long t) { return ((double)t - t0) / 1e3; };
+    auto stat = [&](const std::vector<TraceRecord>& v, int k, const char* what) {
+        std::vector<double> x;
+        for (const TraceRecord& e : v)
+            if (e.t[k]) x.push_back(us(e.t[k]));
+        std::sort(x.begin(), x.end());
+        if (!x.empty()) std::printf("  %-22s min %6.2f  median %6.2f  max %6.2f\n", what, x.front(), x[x.size() / 2], x.back());
+    };
+    std::printf("  trace of one launch pair (%zu split blocks, %zu merge blocks), us from the first split block's start:\n", ns, nm);
+    std::printf("  previous merge's last end %6.2f\n", us(std::max_element(merge.begin(), merge.begin() + nm, [](auto& a, auto& b) {
+                                                            return a.t[4] < b.t[4];
+                                                        })->t[4]));
+    stat(s, 0, "split start");
+    stat(s, 1, "split after wait");
+    stat(s, 3, "split keys done");
+    stat(s, 4, "split written");
+    stat(m, 0, "merge start");
+    stat(m, 1, "merge after wait");
+    stat(m, 4, "merge done");
+    std::printf("  next split's first start %6.2f\n", us(split[2 * ns].t[0]));
+}
+#endif
+
 // n sequences of len keys each, in 16-row blocks scattered over one pool.
 static void bench_decode(KvType type, int len, int n, double copy_gbs, cudaStream_t st) {
     const int nh = 32, nkv = 8, hd = 128, bs = 16, blocks_per = CEIL_DIV(len, bs), pool = n * blocks_per;
@@ -136,6 +182,10 @@ static void bench_decode(KvType type, int len, int n, double copy_gbs, cudaStrea
     std::printf("decode %-4s ctx %6d  seqs %3d%s | %8.1f us | %7.1f GB/s | %5.1f%% of copy | %5.2fx the bytes' time",
                 type == KvType::FP8 ? "fp8" : "bf16", len, n, n > 1 ? " (paged)" : "        ", ms * 1e3, gbs, 100.0 * gbs / copy_gbs,
                 copy_gbs / gbs);
+#ifdef MONOCU_TRACE
+    std::printf("\n");
+    trace_decode([&] { flash_decode(fd, q, type, L, d_pos, out, st, AttnParams{}, n); }, st);
+#endif
     if (n == 1) {  // the plan's split count against more: where the one-sequence time goes
         for (int mult : {2, 4}) {
             FlashDecode more = fd;
@@ -153,6 +203,7 @@ static void bench_decode(KvType type, int len, int n, double copy_gbs, cudaStrea
 
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+    const bool decode_only = argc > 1 && std::strcmp(argv[1], "--decode") == 0;  // skip prefill (comparing decode builds)
     cudaStream_t st;
     CUDA_CHECK(cudaStreamCreate(&st));
     cudaDeviceProp p;
@@ -173,12 +224,12 @@ int main(int argc, char** argv) {
         {"gpt-oss heads, T 2048 at 14336", 64, 8, 64, 2048, 14336},
     };
     for (const PrefillCase& c : cases)
-        if (!quick || c.T == 16384 || c.pos0 == 14336) bench_prefill(c, gemm_tflops, st);
+        if (!decode_only && (!quick || c.T == 16384 || c.pos0 == 14336)) bench_prefill(c, gemm_tflops, st);
     std::printf("\n");
     for (KvType t : {KvType::BF16, KvType::FP8})
-        for (int len : {16384, 65536})
+        for (int len : {1024, 16384, 65536})
             for (int n : {1, 4, 16, 64}) {
-                if (quick && n > 1) continue;
+                if ((quick || len == 1024) && n > 1) continue;  // 1k: what a launch pair costs beside its bytes
                 if ((size_t)len * n > (size_t)16384 * 64 * 2) continue;  // up to 2M keys per layer (64 x 64k bf16: 32 GB)
                 bench_decode(t, len, n, copy_gbs, st);
             }

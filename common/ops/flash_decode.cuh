@@ -25,12 +25,14 @@
 // Inside a block (flash_decode_split_kernel): 4 warps, each taking every 4th 16-key tile of the block's
 // range through a ring in shared memory (cp.async), S = Q K^T and O += P V on tensor cores with the G
 // query heads as the MMA rows, online softmax in registers (FlashAttention-2's inner loop). Scores are
-// kept in log2 units (scaled by log2(e)/sqrt(d)), so the softmax uses exp2.
+// kept in log2 units (scaled by log2(e)/sqrt(d)), so the softmax uses exp2. An FP8 tile is widened to fp16
+// in registers as its fragments are loaded (flash_decode_scores / _pv).
 // Contract: *d_pos and the cache rows before it are read before the wait for the previous kernel, so
 // they must be written before that kernel was launched (an earlier decode step).
 #pragma once
 
 #include <cfloat>
+#include <type_traits>
 
 #include "gpu/async_copy.cuh"
 #include "gpu/memory.cuh"
@@ -50,9 +52,23 @@ struct FlashDecode {
     int sms = 1;                // the GPU's SMs (read once, at plan time)
     float* part_o = nullptr;    // [seqs][n_heads][splits][head_dim]
     float2* part_ml = nullptr;  // [seqs][n_heads][splits]: (max in log2 units, sum)
-    // Splits per sequence when n sequences share a launch: about 2 blocks per SM over all of them, never more than
-    // the plan's (a single sequence gets exactly the plan's, as the batch-1 path does).
-    int splits_for(int n) const { return std::max(1, std::min(n_splits, CEIL_DIV(2 * sms, n_kv * n))); }
+    int keys = 0;               // the longest sequence's keys (the plan's context), which the split choice assumes
+    // Splits per sequence when n sequences share a launch: exactly the plan's for one, else best_splits up to it.
+    int splits_for(int n) const { return n == 1 ? n_splits : best_splits(n, n_kv, sms, keys, n_splits); }
+    // The split count, up to `most`, whose launch should end soonest with 2 blocks per SM, taking a block's time
+    // as its keys plus a fixed cost of about 128 keys' worth (its first tiles' latency, its share of the merge).
+    // Whole waves matter: 4 sequences over 8 KV heads on 132 SMs at 16k take one wave of 2,048 keys at 8 splits,
+    // 4 waves of 496 at 33, and two waves at 9 (the old choice, 2 x 132 blocks / 32 rounded up).
+    static int best_splits(int n, int n_kv, int sms, int keys, int most) {
+        int best = 1;
+        double best_cost = 0.0;
+        for (int s = 1; s <= most; s++) {
+            double waves = (double)CEIL_DIV((long long)n * n_kv * s, 2LL * sms);
+            double cost = waves * ((double)keys / s + 128.0);
+            if (s == 1 || cost < best_cost * 0.999) best = s, best_cost = cost;
+        }
+        return best;
+    }
 };
 
 // The fused mode's input: this token's raw projections, from which every block makes the queries of its
@@ -67,7 +83,7 @@ struct DecodeQkv {
     float eps = 0.f;
 };
 
-constexpr int kFdWarps = 4;
+constexpr int kFdWarps = 4;  // warps per split block
 
 constexpr int kFdMaxSplits = 256;
 
@@ -133,21 +149,22 @@ __device__ __forceinline__ void flash_decode_store_new_row(const DecodeQkv& in, 
     kv_put_8<KV, LPK>(keep.v, &keep.v_scale, 0, dl, pv, sv);
 }
 
-// Shared memory of one warp: a ring of key tiles (16 keys of K and V each, as cp.async lands them) and,
-// for an FP8 cache, the tile converted to fp16 for the MMAs. Rows the MMAs read are padded to HD + 8
-// 16-bit elements, so that the 8 rows a fragment load touches fall in different banks.
+// Shared memory of one warp: a ring of key tiles (16 keys of K and V each, as cp.async lands them). A bf16
+// row is padded to HD + 8 elements, so that the 8 rows an ldmatrix touches fall in different banks; an FP8 row
+// (HD e4m3 bytes) to HD + 16 bytes, so that the 16-byte fragment loads of flash_decode_scores / _pv do not collide.
+// Two stages: the tile in use and the next one in flight. (Deeper rings, and for FP8 3 or 4 blocks per SM instead of
+// 2, measured no faster: kb/log.md, thirtieth session.)
 template <int HD, KvType KV>
 struct FdTiles {
     static constexpr bool kFp8 = KV == KvType::FP8;
     static constexpr int kKeys = 16;                        // one k16 step of P V, two n8 tiles of Q K^T
-    static constexpr int kLd = HD + 8;                      // padded row of a tile the MMAs read, 16-bit elements
-    static constexpr int kStages = 2;                       // ring stages: the tile in use and the next one in flight
-    static constexpr int kRowBytes = kFp8 ? HD : kLd * 2;   // a row in the ring (FP8: as stored, unpadded)
+    static constexpr int kLd = HD + 8;                      // padded bf16 row, elements
+    static constexpr int kStages = 2;
+    static constexpr int kRowBytes = kFp8 ? HD + 16 : kLd * 2;
     static constexpr int kChunksPerRow = HD * (kFp8 ? 1 : 2) / 16;
     static constexpr size_t kScaleBytes = kFp8 ? kKeys * 4 : 0;
     static constexpr size_t kStageBytes = 2 * (kKeys * kRowBytes + kScaleBytes);  // K rows (+ scales), then V
-    static constexpr size_t kConvBytes = kFp8 ? 2 * kKeys * kLd * 2 : 0;
-    static constexpr size_t kWarpBytes = kStages * kStageBytes + kConvBytes;
+    static constexpr size_t kWarpBytes = kStages * kStageBytes;
     static constexpr size_t kSmemBytes = kFdWarps * kWarpBytes;
     // kv: 0 = K, 1 = V
     static __device__ __forceinline__ unsigned char* rows(unsigned char* warp_smem, int stage, int kv) {
@@ -155,11 +172,6 @@ struct FdTiles {
     }
     static __device__ __forceinline__ float* scales(unsigned char* warp_smem, int stage, int kv) {
         return reinterpret_cast<float*>(rows(warp_smem, stage, kv) + kKeys * kRowBytes);
-    }
-    // The 16-bit tile the MMAs read: the ring stage itself (bf16), or the fp16 conversion buffer (FP8).
-    static __device__ __forceinline__ uint16_t* mma_tile(unsigned char* warp_smem, int stage, int kv) {
-        if constexpr (kFp8) return reinterpret_cast<uint16_t*>(warp_smem + kStages * kStageBytes) + kv * kKeys * kLd;
-        else return reinterpret_cast<uint16_t*>(rows(warp_smem, stage, kv));
     }
 };
 
@@ -214,37 +226,28 @@ __device__ __forceinline__ void flash_decode_fix_row(unsigned char* ws, int stag
     __syncwarp();
 }
 
-// Warp-wide, FP8 cache: the landed e4m3 tile (K and V) as fp16 rows for the MMAs (exact: e4m3 is a
-// subset of fp16). The per-key scales are applied to S and P instead.
-template <int HD>
-__device__ __forceinline__ void flash_decode_convert_fp8(unsigned char* ws, int stage, int lane) {
-    using T = FdTiles<HD, KvType::FP8>;
-    constexpr int kChunks = T::kKeys * T::kChunksPerRow;
-#pragma unroll
-    for (int kv = 0; kv < 2; kv++) {
-        uint16_t* dst = T::mma_tile(ws, stage, kv);
-#pragma unroll
-        for (int c = lane; c < kChunks; c += 32) {
-            int r = c / T::kChunksPerRow, col = (c % T::kChunksPerRow) * 16;
-            uint4 raw = *reinterpret_cast<const uint4*>(T::rows(ws, stage, kv) + r * T::kRowBytes + col);
-            const uint16_t* p = reinterpret_cast<const uint16_t*>(&raw);
-            uint4 h[2];
-            uint32_t* hp = reinterpret_cast<uint32_t*>(h);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                __half2_raw x = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(p[k]), __NV_E4M3);
-                hp[k] = static_cast<uint32_t>(x.x) | (static_cast<uint32_t>(x.y) << 16);
-            }
-            *reinterpret_cast<uint4*>(dst + r * T::kLd + col) = h[0];
-            *reinterpret_cast<uint4*>(dst + r * T::kLd + col + 8) = h[1];
-        }
-    }
-    __syncwarp();
+// The MMA fragments. bf16 cache: Q K^T reads K's rows as they are (rows g, k-steps of 16 dims) and P V reads V
+// transposed by ldmatrix. FP8 cache: the tensor cores take fp16 (every e4m3 value is exact in it; the per-key
+// scales multiply S and P instead), widened in registers as the fragments are loaded, two bytes per cvt. An MMA's
+// k order, and its output columns, may be any permutation both operands share, so each lane's bytes are chosen
+// contiguous in shared memory (16-byte loads, no conversion pass, no second buffer):
+//   Q K^T, k-step ks: slots 2t, 2t + 1 | 2t + 8, 2t + 9 hold head dims t HD/4 + 4 ks + 0, 1 | 2, 3, so that a lane's
+//     K bytes for every k-step are the HD/4 bytes of its key's row from t HD/4 (the queries follow suit);
+//   P V: output column c of n-tile dt is head dim c HD/8 + dt, so that a lane's V bytes for every n-tile are the
+//     HD/8 bytes from g HD/8 of each of its 4 keys' rows (keys 2t, 2t + 1, 2t + 8, 2t + 9; byte_perm pairs them).
+// (FP8 MMAs for Q K^T, K's codes as they are and the queries split into two e4m3 parts, were slower: 16k, one
+// sequence, H200, 17.5 -> 20.3 us; kb/log.md.)
+template <int HD, bool FP8>
+__device__ __forceinline__ int flash_decode_out_dim(int dt, int col) { return FP8 ? col * (HD / 8) + dt : dt * 8 + col; }
+
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {  // the low 16 bits: two e4m3, low byte first
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
+    return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
-// Q as the A operand: rows = the G query heads of this KV head (rows >= G are zero, so only the a[0]
-// and a[2] registers are kept), columns = head dims, 16 per k-step. bf16 for a bf16 cache, fp16 for FP8.
-template <int HD, bool F16>
+// Q as the A operand: rows = the G query heads of this KV head (rows >= G are zero, so only the a[0] and a[2]
+// registers are kept), in the cache type's k order (above). bf16 for a bf16 cache, fp16 for FP8.
+template <int HD, bool FP8>
 __device__ __forceinline__ void flash_decode_q_fragments(const bf16* q_rows, int G, int lane, uint32_t (*qa)[2]) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -253,13 +256,86 @@ __device__ __forceinline__ void flash_decode_q_fragments(const bf16* q_rows, int
         for (int h = 0; h < 2; h++) {
             uint32_t v = 0;
             if (g < G) {
-                v = *reinterpret_cast<const uint32_t*>(q_rows + (size_t)g * HD + ks * 16 + 2 * t + 8 * h);
-                if (F16) {
+                int dim = FP8 ? t * (HD / 4) + ks * 4 + 2 * h : ks * 16 + 2 * t + 8 * h;
+                v = *reinterpret_cast<const uint32_t*>(q_rows + (size_t)g * HD + dim);
+                if (FP8) {
                     float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
                     v = pack_16x2<true>(f.x, f.y);
                 }
             }
             qa[ks][h] = v;
+        }
+    }
+}
+
+// S (two n8 tiles of keys: s[nt], lane holding keys nt * 8 + 2t, + 1 of query row g) = Q K^T over one tile. Even
+// and odd k-steps accumulate apart (s, s_odd; the caller adds them): two chains of dependent MMAs half as long.
+template <int HD, KvType KV>
+__device__ __forceinline__ void flash_decode_scores(const uint32_t (*qa)[2], const unsigned char* k_rows, int lane, float (*s)[4],
+                                                    float (*s_odd)[4]) {
+    using T = FdTiles<HD, KV>;
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t zero = 0;
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++) {
+        uint32_t w[HD / 16];  // FP8: this lane's HD/4 bytes of key nt * 8 + g
+        if constexpr (T::kFp8) {
+            const uint4* src = reinterpret_cast<const uint4*>(k_rows + (nt * 8 + g) * T::kRowBytes + t * (HD / 4));
+#pragma unroll
+            for (int i = 0; i < HD / 64; i++) {
+                uint4 v = src[i];
+                w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+            }
+        }
+        {
+#pragma unroll
+            for (int ks = 0; ks < HD / 16; ks++) {
+                uint32_t a[4] = {qa[ks][0], zero, qa[ks][1], zero}, b0, b1;
+                if constexpr (T::kFp8) {
+                    b0 = e4m3x2_to_f16x2(w[ks]), b1 = e4m3x2_to_f16x2(w[ks] >> 16);
+                } else {
+                    const uint16_t* krow = reinterpret_cast<const uint16_t*>(k_rows) + (nt * 8 + g) * T::kLd + ks * 16 + 2 * t;
+                    b0 = *reinterpret_cast<const uint32_t*>(krow), b1 = *reinterpret_cast<const uint32_t*>(krow + 8);
+                }
+                mma_16816<T::kFp8>(ks % 2 ? s_odd[nt] : s[nt], a, b0, b1);
+            }
+        }
+    }
+}
+
+// O += P V over one tile; pa: P as the A operand (keys 2t, 2t + 1 and 2t + 8, 2t + 9 of row g).
+template <int HD, KvType KV>
+__device__ __forceinline__ void flash_decode_pv(const uint32_t* pa, const unsigned char* v_rows, int lane, float (*o)[4]) {
+    using T = FdTiles<HD, KV>;
+    if constexpr (T::kFp8) {
+        constexpr int B = HD / 8;  // bytes of each key's row: one per n-tile
+        using Vec = std::conditional_t<B == 16, uint4, uint2>;
+        const int g = lane >> 2, t = lane & 3;
+        Vec r[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) r[k] = *reinterpret_cast<const Vec*>(v_rows + (2 * t + (k & 1) + 8 * (k >> 1)) * T::kRowBytes + g * B);
+#pragma unroll
+        for (int j = 0; j < B / 4; j++) {  // dims 4j .. 4j + 3 of this lane's run: n-tiles 4j .. 4j + 3
+            uint32_t w[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) w[k] = reinterpret_cast<const uint32_t*>(&r[k])[j];
+            // (key 2t, key 2t + 1) byte pairs of dims 4j, 4j + 1 | 4j + 2, 4j + 3; the same for keys 2t + 8, 2t + 9
+            uint32_t lo0 = __byte_perm(w[0], w[1], 0x5140), hi0 = __byte_perm(w[0], w[1], 0x7362);
+            uint32_t lo1 = __byte_perm(w[2], w[3], 0x5140), hi1 = __byte_perm(w[2], w[3], 0x7362);
+            mma_16816<true>(o[4 * j], pa, e4m3x2_to_f16x2(lo0), e4m3x2_to_f16x2(lo1));
+            mma_16816<true>(o[4 * j + 1], pa, e4m3x2_to_f16x2(lo0 >> 16), e4m3x2_to_f16x2(lo1 >> 16));
+            mma_16816<true>(o[4 * j + 2], pa, e4m3x2_to_f16x2(hi0), e4m3x2_to_f16x2(hi1));
+            mma_16816<true>(o[4 * j + 3], pa, e4m3x2_to_f16x2(hi0 >> 16), e4m3x2_to_f16x2(hi1 >> 16));
+        }
+    } else {  // ldmatrix.trans gives V's B fragments, two 8-dim tiles at a time
+        const uint16_t* Vt = reinterpret_cast<const uint16_t*>(v_rows);
+        const int mi = lane >> 3, r = lane & 7;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt += 2) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, Vt + ((mi & 1) * 8 + r) * T::kLd + (dt + (mi >> 1)) * 8);
+            mma_16816<false>(o[dt], pa, b[0], b[1]);
+            mma_16816<false>(o[dt + 1], pa, b[2], b[3]);
         }
     }
 }
@@ -351,38 +427,23 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
 #pragma unroll
     for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
     float m = -INFINITY, l = 0.f;  // row g (query head g): running max in log2 units, this lane's part of the sum
-    const uint32_t zero = 0;
+    const uint32_t zero = 0;  // rows g + 8 of P: no such head
 
     for (int j = 0; tile_key0(j) < end; j++) {
         const int key0 = tile_key0(j), stage = j % NS;
-        __syncwarp();             // every lane is done with tile j - 1: its stage (and the FP8 buffer) may be refilled
+        __syncwarp();             // every lane is done with tile j - 1: its stage may be refilled
         issue(j + NS - 1);        // so NS - 1 tiles are in flight while this one is waited for and multiplied
         cp_async_wait<NS - 1>();  // this lane's copies of tile j have landed ...
         __syncwarp();             // ... and so have the other lanes'
         if (key0 <= at && at < key0 + T::kKeys)
             flash_decode_fix_row<HD, KV>(ws, stage, k_rows, v_rows, ks, vs, at - key0, kv_page_row(kv, at), fused ? &new_row : nullptr, lane);
-        if constexpr (FP8) flash_decode_convert_fp8<HD>(ws, stage, lane);
-        const uint16_t* Kt = T::mma_tile(ws, stage, 0);
-        const uint16_t* Vt = T::mma_tile(ws, stage, 1);
-
-        // S = Q K^T: two tiles of 8 keys; lane holds keys nt * 8 + 2t, + 1 of row g. Even and odd k-steps
-        // accumulate separately: two chains of dependent MMAs half as long.
-        float s[2][4], s_odd[2][4];
+        // S = Q K^T: two tiles of 8 keys; lane holds keys nt * 8 + 2t, + 1 of row g.
+        float s[2][4] = {}, s_odd[2][4] = {};
+        flash_decode_scores<HD, KV>(qa, T::rows(ws, stage, 0), lane, s, s_odd);
 #pragma unroll
-        for (int nt = 0; nt < 2; nt++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[nt][e] = s_odd[nt][e] = 0.f;
-#pragma unroll
-            for (int kstep = 0; kstep < HD / 16; kstep++) {
-                const uint16_t* krow = Kt + (nt * 8 + g) * T::kLd + kstep * 16 + 2 * t;
-                uint32_t a[4] = {qa[kstep][0], zero, qa[kstep][1], zero};
-                uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow), b1 = *reinterpret_cast<const uint32_t*>(krow + 8);
-                float* acc = kstep % 2 ? s_odd[nt] : s[nt];
-                mma_16816<FP8>(acc, a, b0, b1);
-            }
+        for (int nt = 0; nt < 2; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) s[nt][e] += s_odd[nt][e];
-        }
         // Scale to log2 units (and by the FP8 key scales), mask keys past the end, online softmax of row g.
         float mx = m, p[2][2];
 #pragma unroll
@@ -398,11 +459,13 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
             }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));  // key0 is valid, so mx is finite
-        float corr = exp2f(m - mx);
-        m = mx;
-        l *= corr;
+        if (!__all_sync(0xffffffffu, mx == m)) {  // a new maximum somewhere: rescale (past the first tiles, seldom)
+            float corr = exp2f(m - mx);
+            m = mx;
+            l *= corr;
 #pragma unroll
-        for (int d = 0; d < HD / 8; d++) o[d][0] *= corr, o[d][1] *= corr;
+            for (int d = 0; d < HD / 8; d++) o[d][0] *= corr, o[d][1] *= corr;
+        }
         uint32_t pa[4];
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
@@ -412,15 +475,7 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
             pa[nt * 2] = pack_16x2<FP8>(p0, p1);
             pa[nt * 2 + 1] = zero;  // rows g + 8: no such head
         }
-        // O += P V: ldmatrix.trans gives V's B fragments, two 8-dim tiles at a time.
-#pragma unroll
-        for (int dt = 0; dt < HD / 8; dt += 2) {
-            int mi = lane >> 3, r = lane & 7;
-            uint32_t b[4];
-            ldmatrix_x4_trans(b, Vt + ((mi & 1) * 8 + r) * T::kLd + (dt + (mi >> 1)) * 8);
-            mma_16816<FP8>(o[dt], pa, b[0], b[1]);
-            mma_16816<FP8>(o[dt + 1], pa, b[2], b[3]);
-        }
+        flash_decode_pv<HD, KV>(pa, T::rows(ws, stage, 1), lane, o);
     }
     cp_async_wait<0>();  // no copy may land in shared memory once it is reused below
     TRACE_MARK(3);
@@ -434,8 +489,8 @@ __global__ void __launch_bounds__(kFdWarps * 32, 2)
     if (g < G) {
 #pragma unroll
         for (int d = 0; d < HD / 8; d++) {
-            wo[(warp * G + g) * HD + d * 8 + 2 * t] = o[d][0];
-            wo[(warp * G + g) * HD + d * 8 + 2 * t + 1] = o[d][1];
+            wo[(warp * G + g) * HD + flash_decode_out_dim<HD, FP8>(d, 2 * t)] = o[d][0];
+            wo[(warp * G + g) * HD + flash_decode_out_dim<HD, FP8>(d, 2 * t + 1)] = o[d][1];
         }
         if (t == 0) wml[warp * G + g] = make_float2(m, l);
     }
@@ -545,9 +600,10 @@ inline FlashDecode flash_decode_plan(int n_heads, int n_kv, int head_dim, int ct
     const int sms = sm_count();
     FlashDecode fd;
     fd.n_heads = n_heads, fd.n_kv = n_kv, fd.head_dim = head_dim, fd.ctx = ctx, fd.sms = sms;
-    // About 2 blocks per SM at full context (their shared memory allows 2); at short context one split per
-    // min_chunk keys.
-    fd.n_splits = std::max(1, std::min({CEIL_DIV(2 * sms, n_kv), CEIL_DIV(seq_ctx > 0 ? seq_ctx : ctx, fd.min_chunk), kFdMaxSplits}));
+    // At most one split per min_chunk keys; of those, the count that fills whole waves of 2 blocks per SM best
+    // (splits_for). 33 for 8 KV heads on 132 SMs at 16k.
+    fd.keys = seq_ctx > 0 ? seq_ctx : ctx;
+    fd.n_splits = FlashDecode::best_splits(1, n_kv, sms, fd.keys, std::max(1, std::min(CEIL_DIV(fd.keys, fd.min_chunk), kFdMaxSplits)));
     fd.max_seqs = std::max(1, max_seqs);
     size_t parts = 0;  // the most (sequence, split) pairs a launch writes
     for (int n = 1; n <= fd.max_seqs; n++) parts = std::max(parts, (size_t)n * fd.splits_for(n));

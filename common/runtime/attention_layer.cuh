@@ -155,12 +155,10 @@ inline void attention_paged(Attention& a, const AttnLayer& L, int layer, const f
         flash_decode_fused(a.fd, DecodeQkv{qkv, L.q_norm, L.k_norm, L.rope ? L.rope->cos_sin : nullptr, s.eps}, a.kv.type, kv, b.pos, out, st,
                            ap, b.n_decode);
     }
-    // The prefill chunks stay on the portable attention kernel for now: with the Hopper one, the batched GPU test saw one
-    // line of 64 leave its solo tokens at a float32 near tie (tiny-llama3, -np 64; kb/status.md), not yet rerun.
     for (int i = b.n_decode; i < b.n_seqs; i++) {
         const BatchSeq& q = b.seqs[i];
         kv.pages = b.tables + (size_t)i * b.table_stride;
-        attention_chunk(a, L, kv, ap, qkv, b.pos + q.row0, q.pos0, q.n, q.row0, out, st, AttnKernel::Portable);
+        attention_chunk(a, L, kv, ap, qkv, b.pos + q.row0, q.pos0, q.n, q.row0, out, st);
     }
 }
 
