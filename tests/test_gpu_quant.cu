@@ -497,7 +497,8 @@ TEST_CASE("a few rows over FP8 / INT4 weights: a GEMV per row, the same bits as 
                 for (float v : a) norm2 += (double)v * v;
                 CHECK((norm2 > 0 && std::isfinite(norm2)));
             }
-            // One row more: dequantized, then a bf16 GEMM (other roundings: close, not equal; SwiGLU's bf16 output adds one).
+            // One row more: FP8 on the tensor cores (rows_fp8.cuh), INT4 dequantized for a bf16 GEMM (other roundings:
+            // close, not equal; SwiGLU's bf16 output adds one).
             CUDA_CHECK(cudaMemcpy(y.p, y0.p, y.n * sizeof(float), cudaMemcpyDeviceToDevice));
             CUDA_CHECK(cudaMemcpy(y1.p, y0.p, y1.n * sizeof(float), cudaMemcpyDeviceToDevice));
             hb.poison(), hb1.poison();
@@ -509,4 +510,60 @@ TEST_CASE("a few rows over FP8 / INT4 weights: a GEMV per row, the same bits as 
             CHECK_CLOSE(compare(a, bd), 2e-2);
         }
     }
+}
+
+// ops/rows_fp8.cuh: a pass of several rows over FP8 weights on the tensor cores, each weight read once per 16 rows.
+// Against the CPU product over the dequantized weights (x is widened to fp16, and block scales multiply the weights in
+// fp16: bounds as the FP8 GEMV's), for per-channel and 128-block scales, rows not a multiple of the block's 32, token
+// counts around the 16-token tiles, a bias, the residual add; the sums meet in a fixed order, so two runs are equal.
+TEST_CASE("FP8 rows on the tensor cores (2-64 tokens): per-channel and block scales, store, add, bias, against dequantized weights") {
+    Rng r(43);
+    struct Shape { int N, K, kblock; };
+    for (Shape sh : {Shape{37, 192, 192}, Shape{200, 256, 128}, Shape{515, 1024, 1024}, Shape{1000, 4096, 128}, Shape{64, 12288, 128}}) {
+        CAPTURE(sh.N);
+        CAPTURE(sh.K);
+        CAPTURE(sh.kblock);
+        const int N = sh.N, K = sh.K;
+        HostLinear h = make_linear(WFormat::FP8, random_bf16_values((size_t)N * K, r, 0.05f), N, K, sh.kblock);
+        REQUIRE(fp8_rows_fit(h.L, 64));
+        const int T_max = 64;
+        auto x = random_bf16_values((size_t)T_max * K, r);
+        auto bias = random_bf16_values(N, r, 0.5f);
+        DeviceVec<bf16> d_x(to_bf16(x)), d_bias(to_bf16(bias));
+        DeviceVec<float> d_y((size_t)T_max * N), d_y2((size_t)T_max * N);
+        for (int T : {1, 2, 5, 16, 17, 40, 64})
+            for (int mode = 0; mode < 3; mode++) {  // 0: store; 1: store with the bias; 2: residual add
+                CAPTURE(T);
+                CAPTURE(mode);
+                h.L.bias = mode == 1 ? d_bias.p : nullptr;
+                auto y0 = random_floats((size_t)T * N, r);
+                std::vector<double> ref((size_t)T * N);
+                for (int t = 0; t < T; t++) {
+                    std::vector<float> xt(x.begin() + (size_t)t * K, x.begin() + (size_t)(t + 1) * K);
+                    std::vector<double> yt = dot_ref(h.deq, xt, N, K);
+                    for (int n = 0; n < N; n++) ref[(size_t)t * N + n] = yt[n] + (mode == 1 ? bias[n] : 0.0) + (mode == 2 ? y0[(size_t)t * N + n] : 0.0);
+                }
+                std::vector<float> out[2];
+                for (int run = 0; run < 2; run++) {
+                    d_y.poison();
+                    if (mode == 2) CUDA_CHECK(cudaMemcpy(d_y.p, y0.data(), y0.size() * sizeof(float), cudaMemcpyHostToDevice));
+                    fp8_rows(h.L, d_x.p, T, d_y.p, mode == 2, 0);
+                    out[run] = d_y.download();
+                    out[run].resize((size_t)T * N);
+                }
+                CHECK_CLOSE(compare(out[0], ref), 3e-3);
+                CHECK(out[0] == out[1]);
+                std::vector<float> rest = d_y.download();  // rows past T stay as poisoned
+                bool untouched = true;
+                for (size_t i = (size_t)T * N; i < rest.size(); i++) untouched = untouched && !std::isfinite(rest[i]);
+                CHECK(untouched);
+            }
+    }
+    // linear() takes it past the per-row GEMVs, and a K that is not a multiple of 64 falls back to dequantize + GEMM.
+    HostLinear odd = make_linear(WFormat::FP8, random_bf16_values((size_t)48 * 80, r, 0.05f), 48, 80, 80);
+    CHECK_FALSE(fp8_rows_fit(odd.L, 8));
+    HostLinear h = make_linear(WFormat::FP8, random_bf16_values((size_t)96 * 256, r, 0.05f), 96, 256, 128);
+    CHECK(by_fp8_rows(h.L, 8));
+    CHECK_FALSE(by_fp8_rows(h.L, row_gemv_max(WFormat::FP8)));
+    CHECK_FALSE(by_fp8_rows(h.L, kFp8RowsPassMax + 1));
 }

@@ -35,6 +35,7 @@
 #include "ops/gemv.cuh"
 #include "ops/quant.cuh"
 #include "ops/rmsnorm.cuh"
+#include "ops/rows_fp8.cuh"
 #include "ops/swiglu.cuh"
 
 namespace monocu {
@@ -198,20 +199,31 @@ static __global__ void bias_rows_kernel(float* __restrict__ y, const bf16* __res
 }
 
 // A pass of a few rows over FP8 / INT4 weights runs a GEMV per row, each reading the quantized weights once, instead of
-// dequantizing the whole projection for a GEMM (5 and 4.5 bytes moved a weight, plus the GEMM): fewer bytes up to 4
-// rows of FP8 (1 byte a weight a row) and 6 of INT4 (0.5, but its GEMV does more arithmetic). No side stream either, so
-// the batched core's steps of that many sequences run as CUDA graphs.
-inline int row_gemv_max(WFormat f) { return f == WFormat::FP8 ? 4 : f == WFormat::INT4 ? 6 : 1; }
+// dequantizing the whole projection for a GEMM (5 and 4.5 bytes moved a weight, plus the GEMM): fewer bytes up to 6
+// rows of INT4 (0.5 a weight a row, but its GEMV does more arithmetic). FP8 takes that path for 2 rows, and from 3 to
+// kFp8RowsPassMax ops/rows_fp8.cuh: the tensor cores on the weights as stored, each read once per 16 rows (Qwen3-8B's
+// projections on the H200, tools/bench_gemv --rows: faster than a GEMV per row from 3 or 4 rows, than dequantizing for
+// a GEMM up to 32; kb/status.md). No side stream either, so the batched core's steps of that many sequences run as
+// CUDA graphs.
+constexpr int kFp8RowsPassMax = 32;
+inline int row_gemv_max(WFormat f) { return f == WFormat::FP8 ? 2 : f == WFormat::INT4 ? 6 : 1; }
 inline bool by_gemv(const Linear& L, int T) { return T <= row_gemv_max(L.fmt); }  // (one row: always)
+inline bool by_fp8_rows(const Linear& L, int T) { return !by_gemv(L, T) && T <= kFp8RowsPassMax && fp8_rows_fit(L, T); }
+// Whether a pass of T rows over L needs no dequantized copy of its weights.
+inline bool without_dequant(const Linear& L, int T) { return L.fmt == WFormat::BF16 || by_gemv(L, T) || by_fp8_rows(L, T); }
 
-// The most rows a pass may have while every planned projection runs GEMVs or a bf16 GEMM, never the dequantization
-// ring's side stream (so that the pass can be captured as a CUDA graph): the least row_gemv_max of the quantized ones
-// (1 for a format without row GEMVs).
+// The most rows a pass may have while every planned projection runs GEMVs, fp8_rows or a bf16 GEMM, never the
+// dequantization ring's side stream (so that the pass can be captured as a CUDA graph): for each quantized projection
+// the most rows without_dequant allows (1 for a format without row GEMVs).
 inline int ring_free_rows(const Linears& lin) {
     int rows = INT32_MAX;
     for (const std::vector<const Linear*>* list : {&lin.plan.order, &lin.plan.extras})
         for (const Linear* L : *list)
-            if (L->fmt != WFormat::BF16) rows = std::min(rows, row_gemv_max(L->fmt));
+            if (L->fmt != WFormat::BF16) {
+                int most = row_gemv_max(L->fmt);
+                if (fp8_rows_fit(*L, kFp8RowsPassMax)) most = std::max(most, kFp8RowsPassMax);
+                rows = std::min(rows, most);
+            }
     return rows;
 }
 
@@ -239,7 +251,7 @@ inline void prefill_gemm(const Linear& L, const bf16* x, float* y, int T, bool a
     }
     if (slot >= 0) lin.ring.release(slot, s);
     // While this GEMM runs, the next projection's weights turn to bf16 (not while profiling: each op alone).
-    if (e && e->next && e->next->fmt != WFormat::BF16 && !by_gemv(*e->next, T) && lin.has_ring && lin.ahead && !op_profile().on())
+    if (e && e->next && !without_dequant(*e->next, T) && lin.has_ring && lin.ahead && !op_profile().on())
         lin.ring.start(*e->next);
 }
 
@@ -268,6 +280,10 @@ inline void linear(const Linear& L, const bf16* x, float* y, int T, Linears& lin
         for (int t = 0; t < T; t++) gemv(L, x + (size_t)t * L.K, y + (size_t)t * L.N, s);
         return;
     }
+    if (by_fp8_rows(L, T)) {
+        OpScope op("fp8 rows", s, 2.0 * T * L.N * L.K, L.label);
+        return fp8_rows(L, x, T, y, false, s);
+    }
     prefill_gemm(L, x, y, T, false, lin, s);
 }
 
@@ -277,6 +293,10 @@ inline void linear_add(const Linear& L, const bf16* x, float* y, int T, Linears&
         OpScope op("gemv", s, 0, L.label);
         for (int t = 0; t < T; t++) gemv_add(L, x + (size_t)t * L.K, y + (size_t)t * L.N, s, T == 1 ? plan_l2(L, lin) : L2Prefetch{});
         return;
+    }
+    if (by_fp8_rows(L, T)) {
+        OpScope op("fp8 rows", s, 2.0 * T * L.N * L.K, L.label);
+        return fp8_rows(L, x, T, y, true, s);
     }
     prefill_gemm(L, x, y, T, true, lin, s);
 }
@@ -290,6 +310,10 @@ inline void linear_rmsnorm(const Linear& L, const float* x, const bf16* norm_w, 
         return;
     }
     rmsnorm(x, norm_w, lin.xb, T, L.K, eps, s);
+    if (by_fp8_rows(L, T)) {
+        OpScope op("fp8 rows", s, 2.0 * T * L.N * L.K, L.label);
+        return fp8_rows(L, lin.xb, T, y, false, s);
+    }
     prefill_gemm(L, lin.xb, y, T, false, lin, s);
 }
 
@@ -304,7 +328,12 @@ inline void linear_rmsnorm_swiglu(const Linear& L, const float* x, const bf16* n
         return;
     }
     rmsnorm(x, norm_w, lin.xb, T, L.K, eps, s);
-    prefill_gemm(L, lin.xb, lin.f, T, false, lin, s);
+    if (by_fp8_rows(L, T)) {
+        OpScope op("fp8 rows", s, 2.0 * T * L.N * L.K, L.label);
+        fp8_rows(L, lin.xb, T, lin.f, false, s);
+    } else {
+        prefill_gemm(L, lin.xb, lin.f, T, false, lin, s);
+    }
     OpScope op("swiglu", s);
     swiglu_interleaved(lin.f, h, T, L.N / 2, s);
 }
