@@ -497,8 +497,8 @@ TEST_CASE("a few rows over FP8 / INT4 weights: a GEMV per row, the same bits as 
                 for (float v : a) norm2 += (double)v * v;
                 CHECK((norm2 > 0 && std::isfinite(norm2)));
             }
-            // One row more: FP8 on the tensor cores (rows_fp8.cuh), INT4 dequantized for a bf16 GEMM (other roundings:
-            // close, not equal; SwiGLU's bf16 output adds one).
+            // One row more: on the tensor cores (quant_rows.cuh; other roundings: close, not equal; SwiGLU's bf16 output
+            // adds one).
             CUDA_CHECK(cudaMemcpy(y.p, y0.p, y.n * sizeof(float), cudaMemcpyDeviceToDevice));
             CUDA_CHECK(cudaMemcpy(y1.p, y0.p, y1.n * sizeof(float), cudaMemcpyDeviceToDevice));
             hb.poison(), hb1.poison();
@@ -512,20 +512,24 @@ TEST_CASE("a few rows over FP8 / INT4 weights: a GEMV per row, the same bits as 
     }
 }
 
-// ops/rows_fp8.cuh: a pass of several rows over FP8 weights on the tensor cores, each weight read once per 16 rows.
-// Against the CPU product over the dequantized weights (x is widened to fp16, and block scales multiply the weights in
-// fp16: bounds as the FP8 GEMV's), for per-channel and 128-block scales, rows not a multiple of the block's 32, token
-// counts around the 16-token tiles, a bias, the residual add; the sums meet in a fixed order, so two runs are equal.
-TEST_CASE("FP8 rows on the tensor cores (2-64 tokens): per-channel and block scales, store, add, bias, against dequantized weights") {
+// ops/quant_rows.cuh: a pass of several rows over FP8 or INT4 weights on the tensor cores, each weight read once per 16
+// rows. Against the CPU product over the dequantized weights (x is widened to fp16, and block or group scales multiply
+// the weights in fp16: bounds as the FP8 GEMV's), for FP8's per-channel and 128-block scales and INT4's 128-groups,
+// rows not a multiple of the block's 32, token counts around the 16-token tiles, a bias, the residual add; the sums
+// meet in a fixed order, so two runs are equal.
+TEST_CASE("FP8 and INT4 rows on the tensor cores (2-64 tokens): scales, store, add, bias, against dequantized weights") {
     Rng r(43);
-    struct Shape { int N, K, kblock; };
-    for (Shape sh : {Shape{37, 192, 192}, Shape{200, 256, 128}, Shape{515, 1024, 1024}, Shape{1000, 4096, 128}, Shape{64, 12288, 128}}) {
+    struct Shape { WFormat fmt; int N, K, kblock; };
+    for (Shape sh : {Shape{WFormat::FP8, 37, 192, 192}, Shape{WFormat::FP8, 200, 256, 128}, Shape{WFormat::FP8, 515, 1024, 1024},
+                     Shape{WFormat::FP8, 1000, 4096, 128}, Shape{WFormat::FP8, 64, 12288, 128}, Shape{WFormat::INT4, 37, 256, 0},
+                     Shape{WFormat::INT4, 515, 1152, 0}, Shape{WFormat::INT4, 1000, 4096, 0}, Shape{WFormat::INT4, 64, 12288, 0}}) {
+        CAPTURE(wformat_name(sh.fmt));
         CAPTURE(sh.N);
         CAPTURE(sh.K);
         CAPTURE(sh.kblock);
         const int N = sh.N, K = sh.K;
-        HostLinear h = make_linear(WFormat::FP8, random_bf16_values((size_t)N * K, r, 0.05f), N, K, sh.kblock);
-        REQUIRE(fp8_rows_fit(h.L, 64));
+        HostLinear h = make_linear(sh.fmt, random_bf16_values((size_t)N * K, r, 0.05f), N, K, sh.kblock);
+        REQUIRE(quant_rows_fit(h.L, 64));
         const int T_max = 64;
         auto x = random_bf16_values((size_t)T_max * K, r);
         auto bias = random_bf16_values(N, r, 0.5f);
@@ -547,7 +551,7 @@ TEST_CASE("FP8 rows on the tensor cores (2-64 tokens): per-channel and block sca
                 for (int run = 0; run < 2; run++) {
                     d_y.poison();
                     if (mode == 2) CUDA_CHECK(cudaMemcpy(d_y.p, y0.data(), y0.size() * sizeof(float), cudaMemcpyHostToDevice));
-                    fp8_rows(h.L, d_x.p, T, d_y.p, mode == 2, 0);
+                    quant_rows(h.L, d_x.p, T, d_y.p, mode == 2, 0);
                     out[run] = d_y.download();
                     out[run].resize((size_t)T * N);
                 }
@@ -559,11 +563,13 @@ TEST_CASE("FP8 rows on the tensor cores (2-64 tokens): per-channel and block sca
                 CHECK(untouched);
             }
     }
-    // linear() takes it past the per-row GEMVs, and a K that is not a multiple of 64 falls back to dequantize + GEMM.
+    // linear() takes it past the per-row GEMVs, and an FP8 K that is not a multiple of 64 falls back to dequantize + GEMM.
     HostLinear odd = make_linear(WFormat::FP8, random_bf16_values((size_t)48 * 80, r, 0.05f), 48, 80, 80);
-    CHECK_FALSE(fp8_rows_fit(odd.L, 8));
-    HostLinear h = make_linear(WFormat::FP8, random_bf16_values((size_t)96 * 256, r, 0.05f), 96, 256, 128);
-    CHECK(by_fp8_rows(h.L, 8));
-    CHECK_FALSE(by_fp8_rows(h.L, row_gemv_max(WFormat::FP8)));
-    CHECK_FALSE(by_fp8_rows(h.L, kFp8RowsPassMax + 1));
+    CHECK_FALSE(quant_rows_fit(odd.L, 8));
+    for (WFormat fmt : {WFormat::FP8, WFormat::INT4}) {
+        HostLinear h = make_linear(fmt, random_bf16_values((size_t)96 * 256, r, 0.05f), 96, 256, fmt == WFormat::FP8 ? 128 : 0);
+        CHECK(by_quant_rows(h.L, 8));
+        CHECK_FALSE(by_quant_rows(h.L, row_gemv_max(fmt)));
+        CHECK_FALSE(by_quant_rows(h.L, kQuantRowsPassMax + 1));
+    }
 }

@@ -1,8 +1,8 @@
 // bench_gemv — decode GEMV bandwidth per projection shape and weight format (a microbenchmark, not a test).
 //
 //   build/sm_90/tools/bench_gemv            Qwen3-0.6B, 4B and 8B projection shapes, bf16 / fp8 / int4, by work layout
-//   build/sm_90/tools/bench_gemv --rows     a pass of 1-64 rows over Qwen3-8B's FP8 projections: a GEMV per row, the
-//                                           tensor-core rows kernel (ops/rows_fp8.cuh), dequantize + cuBLAS GEMM
+//   build/sm_90/tools/bench_gemv --rows     a pass of 1-64 rows over Qwen3-8B's FP8 / INT4 projections: a GEMV per row,
+//                                           the tensor-core rows kernel (ops/quant_rows.cuh), dequantize + cuBLAS GEMM
 //
 // Each shape runs on enough copies of its weights (rotated) that they never fit in L2, on random data,
 // timed with CUDA events over 200 back-to-back launches (each may overlap the previous one's tail through
@@ -18,7 +18,7 @@
 #include "ops/gemm.cuh"
 #include "ops/gemv.cuh"
 #include "ops/quant.cuh"
-#include "ops/rows_fp8.cuh"
+#include "ops/quant_rows.cuh"
 #include "gpu/timing.cuh"
 
 using namespace monocu;
@@ -66,43 +66,45 @@ static Linear make(WFormat fmt, int N, int K, int kblock, GpuMemory& mem) {
     return L;
 }
 
-// --rows: microseconds for a pass of T rows (the batched core's decode steps) over one FP8 projection, by each path,
-// and the weight bytes' GB/s of the fastest; weights rotated over copies that do not fit in L2.
+// --rows: microseconds for a pass of T rows (the batched core's decode steps) over one FP8 or INT4 projection, by each
+// path, and the weight bytes' GB/s of the rows kernel; weights rotated over copies that do not fit in L2.
 static void bench_rows(double copy, const cudaDeviceProp& prop, cudaStream_t st) {
     struct Shape { const char* name; int N, K; };
     const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 24576, 4096}, {"down", 4096, 12288}};
-    std::printf("\nQwen3-8B FP8 projections (128-blocks), a pass of T rows: us per pass | per-row GEMVs, tensor-core rows, "
-                "dequantize + GEMM | weight GB/s of the rows kernel (%% of copy)\n");
     Gemm gemm;
-    for (const Shape& sh : shapes) {
-        GpuMemory mem;
-        Linear probe;
-        probe.N = sh.N, probe.K = sh.K, probe.fmt = WFormat::FP8, probe.kblock = 128;
-        const int copies = (int)std::max<size_t>(2, CEIL_DIV((size_t)4 * prop.l2CacheSize, probe.bytes()));
-        std::vector<Linear> Ls;
-        for (int i = 0; i < copies; i++) Ls.push_back(make(WFormat::FP8, sh.N, sh.K, 128, mem));
-        bf16* x = mem.alloc<bf16>((size_t)64 * sh.K, "x");
-        fill_bf16_kernel<<<256, 256>>>(x, (size_t)64 * sh.K, 3);
-        float* y = mem.alloc<float>((size_t)64 * sh.N, "y");
-        bf16* deq = mem.alloc<bf16>((size_t)sh.N * sh.K, "deq");
-        LAUNCH_CHECK();
-        for (int T : {1, 2, 4, 8, 16, 32, 64}) {
-            const int iters = 40;
-            auto time = [&](auto&& one) {
-                return median_ms(st, 1, 5, [&] {
-                           for (int i = 0; i < iters; i++) one(Ls[i % copies]);
-                       }) * 1e3 / iters;
-            };
-            float us_gemv = time([&](const Linear& L) {
-                for (int t = 0; t < T; t++) gemv(L, x + (size_t)t * sh.K, y + (size_t)t * sh.N, st);
-            });
-            float us_rows = time([&](const Linear& L) { fp8_rows(L, x, T, y, false, st); });
-            float us_gemm = time([&](const Linear& L) {
-                dequant_to_bf16(L, deq, st);
-                gemm_bf16(gemm, x, deq, y, T, sh.N, sh.K, false, st);
-            });
-            double gbs = probe.bytes() / (us_rows * 1e-6) / 1e9;
-            std::printf("  %-8s T %2d | %8.1f %8.1f %8.1f | %6.0f (%3.0f%%)\n", sh.name, T, us_gemv, us_rows, us_gemm, gbs, 100 * gbs / copy);
+    for (WFormat fmt : {WFormat::FP8, WFormat::INT4}) {
+        std::printf("\nQwen3-8B %s projections, a pass of T rows: us per pass | per-row GEMVs, tensor-core rows, "
+                    "dequantize + GEMM | weight GB/s of the rows kernel (%% of copy)\n", wformat_name(fmt));
+        for (const Shape& sh : shapes) {
+            GpuMemory mem;
+            Linear probe;
+            probe.N = sh.N, probe.K = sh.K, probe.fmt = fmt, probe.kblock = 128;
+            const int copies = (int)std::max<size_t>(2, CEIL_DIV((size_t)4 * prop.l2CacheSize, probe.bytes()));
+            std::vector<Linear> Ls;
+            for (int i = 0; i < copies; i++) Ls.push_back(make(fmt, sh.N, sh.K, 128, mem));
+            bf16* x = mem.alloc<bf16>((size_t)64 * sh.K, "x");
+            fill_bf16_kernel<<<256, 256>>>(x, (size_t)64 * sh.K, 3);
+            float* y = mem.alloc<float>((size_t)64 * sh.N, "y");
+            bf16* deq = mem.alloc<bf16>((size_t)sh.N * sh.K, "deq");
+            LAUNCH_CHECK();
+            for (int T : {1, 2, 4, 8, 16, 32, 64}) {
+                const int iters = 40;
+                auto time = [&](auto&& one) {
+                    return median_ms(st, 1, 5, [&] {
+                               for (int i = 0; i < iters; i++) one(Ls[i % copies]);
+                           }) * 1e3 / iters;
+                };
+                float us_gemv = time([&](const Linear& L) {
+                    for (int t = 0; t < T; t++) gemv(L, x + (size_t)t * sh.K, y + (size_t)t * sh.N, st);
+                });
+                float us_rows = time([&](const Linear& L) { quant_rows(L, x, T, y, false, st); });
+                float us_gemm = time([&](const Linear& L) {
+                    dequant_to_bf16(L, deq, st);
+                    gemm_bf16(gemm, x, deq, y, T, sh.N, sh.K, false, st);
+                });
+                double gbs = probe.bytes() / (us_rows * 1e-6) / 1e9;
+                std::printf("  %-8s T %2d | %8.1f %8.1f %8.1f | %6.0f (%3.0f%%)\n", sh.name, T, us_gemv, us_rows, us_gemm, gbs, 100 * gbs / copy);
+            }
         }
     }
 }

@@ -35,7 +35,7 @@
 #include "ops/gemv.cuh"
 #include "ops/quant.cuh"
 #include "ops/rmsnorm.cuh"
-#include "ops/rows_fp8.cuh"
+#include "ops/quant_rows.cuh"
 #include "ops/swiglu.cuh"
 
 namespace monocu {
@@ -199,20 +199,21 @@ static __global__ void bias_rows_kernel(float* __restrict__ y, const bf16* __res
 }
 
 // A pass of a few rows over FP8 / INT4 weights runs a GEMV per row, each reading the quantized weights once, instead of
-// dequantizing the whole projection for a GEMM (5 and 4.5 bytes moved a weight, plus the GEMM): fewer bytes up to 6
-// rows of INT4 (0.5 a weight a row, but its GEMV does more arithmetic). FP8 takes that path for 2 rows, and from 3 to
-// kFp8RowsPassMax ops/rows_fp8.cuh: the tensor cores on the weights as stored, each read once per 16 rows (Qwen3-8B's
+// dequantizing the whole projection for a GEMM (5 and 4.5 bytes moved a weight, plus the GEMM): FP8 for 2 rows, INT4
+// for up to 6 (its GEMV multiplies int8 x with dp4a, cheaply; the rows kernel measured faster from 3 rows too, not yet
+// switched: kb/status.md). Past those, up to kQuantRowsPassMax rows run
+// ops/quant_rows.cuh: the tensor cores on the weights as stored, each read once per 16 rows (Qwen3-8B's FP8
 // projections on the H200, tools/bench_gemv --rows: faster than a GEMV per row from 3 or 4 rows, than dequantizing for
-// a GEMM up to 32; kb/status.md). No side stream either, so the batched core's steps of that many sequences run as
-// CUDA graphs.
-constexpr int kFp8RowsPassMax = 32;
+// a GEMM up to 32; at 64 it ties or loses; kb/status.md). No side stream either, so the batched core's steps of that many sequences
+// run as CUDA graphs.
+constexpr int kQuantRowsPassMax = 32;
 inline int row_gemv_max(WFormat f) { return f == WFormat::FP8 ? 2 : f == WFormat::INT4 ? 6 : 1; }
 inline bool by_gemv(const Linear& L, int T) { return T <= row_gemv_max(L.fmt); }  // (one row: always)
-inline bool by_fp8_rows(const Linear& L, int T) { return !by_gemv(L, T) && T <= kFp8RowsPassMax && fp8_rows_fit(L, T); }
+inline bool by_quant_rows(const Linear& L, int T) { return !by_gemv(L, T) && T <= kQuantRowsPassMax && quant_rows_fit(L, T); }
 // Whether a pass of T rows over L needs no dequantized copy of its weights.
-inline bool without_dequant(const Linear& L, int T) { return L.fmt == WFormat::BF16 || by_gemv(L, T) || by_fp8_rows(L, T); }
+inline bool without_dequant(const Linear& L, int T) { return L.fmt == WFormat::BF16 || by_gemv(L, T) || by_quant_rows(L, T); }
 
-// The most rows a pass may have while every planned projection runs GEMVs, fp8_rows or a bf16 GEMM, never the
+// The most rows a pass may have while every planned projection runs GEMVs, quant_rows or a bf16 GEMM, never the
 // dequantization ring's side stream (so that the pass can be captured as a CUDA graph): for each quantized projection
 // the most rows without_dequant allows (1 for a format without row GEMVs).
 inline int ring_free_rows(const Linears& lin) {
@@ -221,7 +222,7 @@ inline int ring_free_rows(const Linears& lin) {
         for (const Linear* L : *list)
             if (L->fmt != WFormat::BF16) {
                 int most = row_gemv_max(L->fmt);
-                if (fp8_rows_fit(*L, kFp8RowsPassMax)) most = std::max(most, kFp8RowsPassMax);
+                if (quant_rows_fit(*L, kQuantRowsPassMax)) most = std::max(most, kQuantRowsPassMax);
                 rows = std::min(rows, most);
             }
     return rows;
@@ -280,9 +281,9 @@ inline void linear(const Linear& L, const bf16* x, float* y, int T, Linears& lin
         for (int t = 0; t < T; t++) gemv(L, x + (size_t)t * L.K, y + (size_t)t * L.N, s);
         return;
     }
-    if (by_fp8_rows(L, T)) {
-        OpScope op("fp8 rows", s, 2.0 * T * L.N * L.K, L.label);
-        return fp8_rows(L, x, T, y, false, s);
+    if (by_quant_rows(L, T)) {
+        OpScope op("rows", s, 2.0 * T * L.N * L.K, L.label);
+        return quant_rows(L, x, T, y, false, s);
     }
     prefill_gemm(L, x, y, T, false, lin, s);
 }
@@ -294,9 +295,9 @@ inline void linear_add(const Linear& L, const bf16* x, float* y, int T, Linears&
         for (int t = 0; t < T; t++) gemv_add(L, x + (size_t)t * L.K, y + (size_t)t * L.N, s, T == 1 ? plan_l2(L, lin) : L2Prefetch{});
         return;
     }
-    if (by_fp8_rows(L, T)) {
-        OpScope op("fp8 rows", s, 2.0 * T * L.N * L.K, L.label);
-        return fp8_rows(L, x, T, y, true, s);
+    if (by_quant_rows(L, T)) {
+        OpScope op("rows", s, 2.0 * T * L.N * L.K, L.label);
+        return quant_rows(L, x, T, y, true, s);
     }
     prefill_gemm(L, x, y, T, true, lin, s);
 }
@@ -310,9 +311,9 @@ inline void linear_rmsnorm(const Linear& L, const float* x, const bf16* norm_w, 
         return;
     }
     rmsnorm(x, norm_w, lin.xb, T, L.K, eps, s);
-    if (by_fp8_rows(L, T)) {
-        OpScope op("fp8 rows", s, 2.0 * T * L.N * L.K, L.label);
-        return fp8_rows(L, lin.xb, T, y, false, s);
+    if (by_quant_rows(L, T)) {
+        OpScope op("rows", s, 2.0 * T * L.N * L.K, L.label);
+        return quant_rows(L, lin.xb, T, y, false, s);
     }
     prefill_gemm(L, lin.xb, y, T, false, lin, s);
 }
@@ -328,9 +329,9 @@ inline void linear_rmsnorm_swiglu(const Linear& L, const float* x, const bf16* n
         return;
     }
     rmsnorm(x, norm_w, lin.xb, T, L.K, eps, s);
-    if (by_fp8_rows(L, T)) {
-        OpScope op("fp8 rows", s, 2.0 * T * L.N * L.K, L.label);
-        fp8_rows(L, lin.xb, T, lin.f, false, s);
+    if (by_quant_rows(L, T)) {
+        OpScope op("rows", s, 2.0 * T * L.N * L.K, L.label);
+        quant_rows(L, lin.xb, T, lin.f, false, s);
     } else {
         prefill_gemm(L, lin.xb, lin.f, T, false, lin, s);
     }
