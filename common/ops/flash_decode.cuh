@@ -278,7 +278,7 @@ __device__ __forceinline__ void flash_decode_scores(const uint32_t (*qa)[2], con
     const uint32_t zero = 0;
 #pragma unroll
     for (int nt = 0; nt < 2; nt++) {
-        uint32_t w[HD / 16];  // FP8: this lane's HD/4 bytes of key nt * 8 + g
+        uint32_t w[HD / 16];  // FP8: this lane's HD/4 bytes of key nt * 8 + g, a word per k-step
         if constexpr (T::kFp8) {
             const uint4* src = reinterpret_cast<const uint4*>(k_rows + (nt * 8 + g) * T::kRowBytes + t * (HD / 4));
 #pragma unroll
@@ -287,18 +287,16 @@ __device__ __forceinline__ void flash_decode_scores(const uint32_t (*qa)[2], con
                 w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
             }
         }
-        {
 #pragma unroll
-            for (int ks = 0; ks < HD / 16; ks++) {
-                uint32_t a[4] = {qa[ks][0], zero, qa[ks][1], zero}, b0, b1;
-                if constexpr (T::kFp8) {
-                    b0 = e4m3x2_to_f16x2(w[ks]), b1 = e4m3x2_to_f16x2(w[ks] >> 16);
-                } else {
-                    const uint16_t* krow = reinterpret_cast<const uint16_t*>(k_rows) + (nt * 8 + g) * T::kLd + ks * 16 + 2 * t;
-                    b0 = *reinterpret_cast<const uint32_t*>(krow), b1 = *reinterpret_cast<const uint32_t*>(krow + 8);
-                }
-                mma_16816<T::kFp8>(ks % 2 ? s_odd[nt] : s[nt], a, b0, b1);
+        for (int ks = 0; ks < HD / 16; ks++) {
+            uint32_t a[4] = {qa[ks][0], zero, qa[ks][1], zero}, b0, b1;
+            if constexpr (T::kFp8) {
+                b0 = e4m3x2_to_f16x2(w[ks]), b1 = e4m3x2_to_f16x2(w[ks] >> 16);
+            } else {
+                const uint16_t* krow = reinterpret_cast<const uint16_t*>(k_rows) + (nt * 8 + g) * T::kLd + ks * 16 + 2 * t;
+                b0 = *reinterpret_cast<const uint32_t*>(krow), b1 = *reinterpret_cast<const uint32_t*>(krow + 8);
             }
+            mma_16816<T::kFp8>(ks % 2 ? s_odd[nt] : s[nt], a, b0, b1);
         }
     }
 }

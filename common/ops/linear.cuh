@@ -220,17 +220,18 @@ inline int ring_free_rows(const Linears& lin) {
     int rows = INT32_MAX;
     for (const std::vector<const Linear*>* list : {&lin.plan.order, &lin.plan.extras})
         for (const Linear* L : *list)
-            if (L->fmt != WFormat::BF16) {
-                int most = row_gemv_max(L->fmt);
-                if (quant_rows_fit(*L, kQuantRowsPassMax)) most = std::max(most, kQuantRowsPassMax);
-                rows = std::min(rows, most);
-            }
+            if (L->fmt != WFormat::BF16) rows = std::min(rows, without_dequant(*L, kQuantRowsPassMax) ? kQuantRowsPassMax : row_gemv_max(L->fmt));
     return rows;
 }
 
-// y (+)= W x + b for T > 1 rows: the GEMM on L's bf16 weights (dequantized first when quantized), then
-// the next projection's dequantization is started on the side stream.
+// y (+)= W x + b for T > 1 rows: a few rows over quantized weights on ops/quant_rows.cuh; otherwise the GEMM on L's
+// bf16 weights (dequantized first when quantized), then the next projection's dequantization is started on the side
+// stream.
 inline void prefill_gemm(const Linear& L, const bf16* x, float* y, int T, bool add, Linears& lin, cudaStream_t s) {
+    if (by_quant_rows(L, T)) {
+        OpScope op("rows", s, 2.0 * T * L.N * L.K, L.label);
+        return quant_rows(L, x, T, y, add, s);
+    }
     const LinearPlan::Entry* e = lin.plan.find(L);
     int slot = -1;
     const bf16* w = static_cast<const bf16*>(L.w);
@@ -281,10 +282,6 @@ inline void linear(const Linear& L, const bf16* x, float* y, int T, Linears& lin
         for (int t = 0; t < T; t++) gemv(L, x + (size_t)t * L.K, y + (size_t)t * L.N, s);
         return;
     }
-    if (by_quant_rows(L, T)) {
-        OpScope op("rows", s, 2.0 * T * L.N * L.K, L.label);
-        return quant_rows(L, x, T, y, false, s);
-    }
     prefill_gemm(L, x, y, T, false, lin, s);
 }
 
@@ -294,10 +291,6 @@ inline void linear_add(const Linear& L, const bf16* x, float* y, int T, Linears&
         OpScope op("gemv", s, 0, L.label);
         for (int t = 0; t < T; t++) gemv_add(L, x + (size_t)t * L.K, y + (size_t)t * L.N, s, T == 1 ? plan_l2(L, lin) : L2Prefetch{});
         return;
-    }
-    if (by_quant_rows(L, T)) {
-        OpScope op("rows", s, 2.0 * T * L.N * L.K, L.label);
-        return quant_rows(L, x, T, y, true, s);
     }
     prefill_gemm(L, x, y, T, true, lin, s);
 }
@@ -311,10 +304,6 @@ inline void linear_rmsnorm(const Linear& L, const float* x, const bf16* norm_w, 
         return;
     }
     rmsnorm(x, norm_w, lin.xb, T, L.K, eps, s);
-    if (by_quant_rows(L, T)) {
-        OpScope op("rows", s, 2.0 * T * L.N * L.K, L.label);
-        return quant_rows(L, lin.xb, T, y, false, s);
-    }
     prefill_gemm(L, lin.xb, y, T, false, lin, s);
 }
 
@@ -329,12 +318,7 @@ inline void linear_rmsnorm_swiglu(const Linear& L, const float* x, const bf16* n
         return;
     }
     rmsnorm(x, norm_w, lin.xb, T, L.K, eps, s);
-    if (by_quant_rows(L, T)) {
-        OpScope op("rows", s, 2.0 * T * L.N * L.K, L.label);
-        quant_rows(L, lin.xb, T, lin.f, false, s);
-    } else {
-        prefill_gemm(L, lin.xb, lin.f, T, false, lin, s);
-    }
+    prefill_gemm(L, lin.xb, lin.f, T, false, lin, s);
     OpScope op("swiglu", s);
     swiglu_interleaved(lin.f, h, T, L.N / 2, s);
 }
