@@ -298,6 +298,47 @@ TEST_CASE("batch files: one JSON result per line, the same text as -p, bad lines
     CHECK(lines[0].compare(t + 8, expected.size(), expected) == 0);
 }
 
+// A batch file's lines with their own settings, on the serial path and through the batched core (-np 4): a stop
+// string cuts the text before it (finish_reason "stop", the tokens up to the one that completed it counted); a line's
+// "temperature": 0 is greedy under --temp 1; two lines with the same "seed" sample the same text.
+TEST_CASE("batch files: a line's stop strings, temperature and seed") {
+    std::string engine = std::string(MONOCU_BUILD_DIR) + "/qwen3", model = "models/pycoder-13m";
+    REQUIRE_MESSAGE(access(engine.c_str(), X_OK) == 0, engine, " not built (run make)");
+    TempDir dir;
+    std::string greedy;  // the greedy completion, from -p
+    REQUIRE(run_command(engine + " -m " + model + " --raw --temp 0 -n 24 -q -p 'def add(a, b):'", &greedy) == 0);
+    greedy.pop_back();  // (-q prints a newline after the completion)
+    REQUIRE(greedy.size() > 12);
+    // A stop string from the middle of the completion: the text ends where it first appears.
+    const std::string stop = greedy.substr(greedy.size() / 2, 3);
+    const std::string cut = greedy.substr(0, greedy.find(stop));
+    {
+        nlohmann::ordered_json a = {{"prompt", "def add(a, b):"}, {"max_tokens", 24}, {"stop", {"@@never@@", stop}}};
+        nlohmann::ordered_json b = {{"prompt", "def add(a, b):"}, {"max_tokens", 24}, {"temperature", 0}};
+        nlohmann::ordered_json c = {{"prompt", "import numpy as np\n"}, {"max_tokens", 24}, {"seed", 5}, {"top_k", 40}};
+        nlohmann::ordered_json d = {{"prompt", "def f(x):"}, {"max_tokens", 1}, {"temperature", 5}};  // out of range
+        std::ofstream(dir / "in.jsonl") << a.dump() << "\n" << b.dump() << "\n" << c.dump() << "\n" << c.dump() << "\n" << d.dump() << "\n";
+    }
+    for (std::string np : {"", " -np 4"}) {
+        CAPTURE(np);
+        std::string log;
+        REQUIRE_MESSAGE(run_command(engine + " -m " + model + " --raw --temp 1 --seed 3 -n 24 -i " + (dir / "in.jsonl") + " -o " + (dir / "out.jsonl") + np, &log) == 0, log);
+        CHECK(log.find("in.jsonl:5: 'temperature' must be between 0.0 and 2.0, got 5 (skipped)") != std::string::npos);
+        std::ifstream f(dir / "out.jsonl");
+        std::vector<nlohmann::json> out;
+        for (std::string l; std::getline(f, l);) out.push_back(nlohmann::json::parse(l));
+        REQUIRE(out.size() == 5);
+        CHECK(out[0]["text"] == cut);
+        CHECK(out[0]["finish_reason"] == "stop");
+        CHECK(out[0]["completion_tokens"].get<int>() < 24);
+        CHECK(out[1]["text"] == greedy);
+        CHECK(out[1]["finish_reason"] == "length");
+        CHECK(out[2]["text"] == out[3]["text"]);
+        CHECK(out[2]["completion_tokens"] == 24);
+        CHECK(out[4].contains("error"));
+    }
+}
+
 // A copy of the shipped model (dir/m) whose tokenizer_config.json carries chat template `tmpl`.
 static std::string shipped_model_with_template(const TempDir& dir, const std::string& tmpl) {
     std::string m = dir / "m", log;

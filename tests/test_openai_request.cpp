@@ -158,3 +158,54 @@ TEST_CASE("openai requests: every wrong field is a 400 naming it, in OpenAI's er
     CHECK(api_error_json(error_of("{")).dump() ==
           R"({"error":{"message":"the request body is not valid JSON","type":"invalid_request_error","param":null,"code":null}})");
 }
+
+// The sampling fields alone (a batch file's line reads them too) and how they lay over the defaults: a field given wins,
+// one not given keeps the default's value; the penalties are OpenAI's own (0 unless given); the seed only where given.
+TEST_CASE("openai requests: sampling fields over the defaults") {
+    SamplingParams d;
+    d.temperature = 0.7f, d.top_k = 20, d.top_p = 0.8f, d.min_p = 0.1f, d.repetition_penalty = 1.1f, d.seed = 99;
+    d.presence_penalty = 0.3f;  // (a flag's presence penalty: a request that does not give one has OpenAI's 0)
+    ApiRequest none;
+    parse_sampling_fields(nlohmann::ordered_json::parse(R"({"prompt": "x"})"), none);
+    SamplingParams a = request_sampling(none, d);
+    CHECK(a.temperature == 0.7f);
+    CHECK(a.top_k == 20);
+    CHECK(a.top_p == 0.8f);
+    CHECK(a.min_p == 0.1f);
+    CHECK(a.repetition_penalty == 1.1f);
+    CHECK(a.presence_penalty == 0.f);
+    CHECK(a.seed == 99);
+    CHECK(none.stop.empty());
+
+    ApiRequest all;
+    parse_sampling_fields(nlohmann::ordered_json::parse(R"({"temperature": 0, "top_k": 5, "top_p": 0.5, "min_p": 0.2,
+        "repetition_penalty": 1.3, "presence_penalty": 1, "frequency_penalty": -1, "seed": 12, "stop": "##"})"), all);
+    SamplingParams b = request_sampling(all, d);
+    CHECK(b.temperature == 0.f);
+    CHECK(b.top_k == 5);
+    CHECK(b.top_p == 0.5f);
+    CHECK(b.min_p == 0.2f);
+    CHECK(b.repetition_penalty == doctest::Approx(1.3f));
+    CHECK(b.presence_penalty == 1.f);
+    CHECK(b.frequency_penalty == -1.f);
+    CHECK(b.seed == 12);
+    REQUIRE(all.stop.size() == 1);
+    CHECK(all.stop[0] == "##");
+
+    auto message = [](const char* body) {
+        ApiRequest r;
+        try {
+            parse_sampling_fields(nlohmann::ordered_json::parse(body), r);
+        } catch (const ApiError& e) {
+            return e.param + ": " + e.message;
+        }
+        return std::string("accepted");
+    };
+    CHECK(message(R"({"temperature": 3})") == "temperature: 'temperature' must be between 0.0 and 2.0, got 3");
+    CHECK(message(R"({"top_k": -1})") == "top_k: 'top_k' must be between 0 and 1073741824, got -1");
+    CHECK(message(R"({"seed": "7"})") == "seed: 'seed' must be an integer, not a string");
+    CHECK(message(R"({"stop": ["a", ""]})") == "stop: 'stop' strings must not be empty");
+    CHECK(message(R"({"stop": ["a", "b", "c", "d", "e"]})") == "stop: 'stop' takes at most 4 strings");
+    CHECK(message(R"({"stop": 5})") == "stop: 'stop' must be a string or an array of strings, not a number");
+    CHECK(message(R"({"temperature": null, "stop": null})") == "accepted");  // null: not given
+}

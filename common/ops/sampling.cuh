@@ -28,17 +28,9 @@
 #include "gpu/memory.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/reduce.cuh"
+#include "host/sampling_params.h"
 
 namespace monocu {
-
-struct SamplingParams {
-    float temperature = 0.f;  // 0: greedy
-    int top_k = 0;            // 0: off
-    float top_p = 1.f, min_p = 0.f, repetition_penalty = 1.f;
-    float presence_penalty = 0.f, frequency_penalty = 0.f;  // OpenAI's, over the generated tokens
-    uint64_t seed = 0;
-    bool penalised() const { return repetition_penalty != 1.f || presence_penalty != 0.f || frequency_penalty != 0.f; }
-};
 
 struct Sampler {
     int vocab = 0;

@@ -4,7 +4,10 @@
 //
 // Input, line by line: a JSON object ({"prompt": "..."}, {"messages": [{"role": ..., "content": ...}, ...]} or
 // {"prompt_ids": [1, 2, ...]},
-// optionally with "max_tokens" and "tools", a list of OpenAI function schemas for the template, else --tools's)
+// optionally with "max_tokens", "tools" (a list of OpenAI function schemas for the template, else --tools's), "stop"
+// (up to 4 strings: the text ends before the first that appears, finish_reason "stop") and the sampling fields of an
+// OpenAI request: "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+// "repetition_penalty", "seed"; a field a line does not give is the flags' (or generation_config.json's))
 // or any other line as a prompt's text (with the chat template unless --raw, like -p). Output, one JSON line per
 // input line, in order:
 //   {"line": 3, "text": "...", "prompt_tokens": 12, "completion_tokens": 40, "finish_reason": "stop"}
@@ -15,17 +18,20 @@
 // line's number, and the run goes on. Empty lines are skipped. Progress on stderr: done/total and tok/s.
 // Each prompt starts a fresh sequence (no reuse of an earlier line's cache: results do not depend on order), one
 // after another; with --parallel N (batch_file_parallel) up to N of them run together through the batched core
-// (batched.cuh), their results still written in input order. There each line samples with its own seed, --seed
-// plus its line number, and a shared prefix (a system prompt) is computed once and then taken from the prefix cache.
+// (batched.cuh), their results still written in input order, and a shared prefix (a system prompt) is computed once
+// and then taken from the prefix cache. A line that samples does so with its own "seed", else --seed plus its line
+// number, on either path.
 #pragma once
 
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "host/stop_strings.h"
 #include "runtime/batched.cuh"
 #include "runtime/generate.cuh"
 #include "runtime/prompts.cuh"
+#include "server/openai_request.h"
 
 namespace monocu {
 
@@ -47,28 +53,50 @@ inline std::vector<BatchLine> read_batch_lines(const std::string& path) {
     return lines;
 }
 
-// The line's prompt ids, its own max_tokens (or -1) and whether it went through the chat template; die()s with
-// what is wrong.
-// gaps (where given): the line asks for "return_gaps": true (--parallel's results then hold its "completion_ids" and
-// each greedy token's top-1 minus top-2 logit, "gaps": how near a tie the choice was, for comparisons that allow
-// near ties).
-inline std::vector<int> batch_line_ids(const BatchLine& line, const Options& o, int vocab, const Tokenizer* tok, const ChatTemplate& ct,
-                                       int* max_tokens, bool* chat, bool* gaps = nullptr) {
-    *max_tokens = -1;
-    *chat = tok && !o.raw && !ct.empty();
-    if (gaps) *gaps = false;
-    if (line.text[line.text.find_first_not_of(" \t")] != '{') return prompt_ids(o, line.text, vocab, tok, ct);
+// What a line asks for: its prompt ids, its own max_tokens (or -1), its sampling and stop strings, whether it went
+// through the chat template, and whether it wants its greedy tokens' gaps ("return_gaps": true: --parallel's results
+// then hold its "completion_ids" and each greedy token's top-1 minus top-2 logit, "gaps": how near a tie the choice
+// was, for comparisons that allow near ties).
+struct LineRequest {
+    std::vector<int> ids;
+    int max_tokens = -1;
+    SamplingParams sp;
+    std::vector<std::string> stop;
+    bool chat = false, gaps = false;
+};
+
+// The line's request; die()s with what is wrong. defaults: the flags' sampling, whose seed plus the line's number
+// seeds a line that gives none.
+inline LineRequest batch_line_request(const BatchLine& line, const Options& o, int vocab, const Tokenizer* tok, const ChatTemplate& ct,
+                                      const SamplingParams& defaults) {
+    LineRequest q;
+    q.sp = defaults;
+    q.sp.seed = defaults.seed + (uint64_t)line.number;
+    q.chat = tok && !o.raw && !ct.empty();
+    if (line.text[line.text.find_first_not_of(" \t")] != '{') {
+        q.ids = prompt_ids(o, line.text, vocab, tok, ct);
+        return q;
+    }
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(line.text, nullptr, false);  // tool schemas keep their key order
     if (j.is_discarded() || !j.is_object()) die("not a valid JSON object");
     if (j.contains("max_tokens")) {
         if (!j["max_tokens"].is_number_integer() || j["max_tokens"].get<long long>() < 0 || j["max_tokens"].get<long long>() > 1 << 30)
             die("\"max_tokens\" must be a non-negative integer");
-        *max_tokens = j["max_tokens"].get<int>();
+        q.max_tokens = j["max_tokens"].get<int>();
     }
+    try {
+        ApiRequest r;
+        parse_sampling_fields(j, r);
+        q.sp = request_sampling(r, q.sp);
+        q.stop = r.stop;
+    } catch (const ApiError& e) {
+        die("%s", e.message.c_str());
+    }
+    if (!q.stop.empty() && !tok) die("\"stop\" strings need tokenizer.json");
     if (j.contains("tools") && !j["tools"].is_array()) die("\"tools\" must be a list of tool schemas");
     if (j.contains("return_gaps")) {
         if (!j["return_gaps"].is_boolean()) die("\"return_gaps\" must be true or false");
-        if (gaps) *gaps = j["return_gaps"].get<bool>();
+        q.gaps = j["return_gaps"].get<bool>();
     }
     bool has_prompt = j.contains("prompt"), has_messages = j.contains("messages"), has_ids = j.contains("prompt_ids");
     if (has_prompt + has_messages + has_ids != 1) die("give exactly one of \"prompt\", \"messages\" and \"prompt_ids\"");
@@ -82,13 +110,15 @@ inline std::vector<int> batch_line_ids(const BatchLine& line, const Options& o, 
                 die("\"prompt_ids\" holds %s; token ids are integers in [0, %d)", v.dump().c_str(), vocab);
             ids.push_back(v.get<int>());
         }
-        *chat = false;
-        return ids;
+        q.chat = false;
+        q.ids = std::move(ids);
+        return q;
     }
     if (has_prompt) {
         if (!j["prompt"].is_string()) die("\"prompt\" must be a string");
         if (j.contains("tools")) die("\"tools\" go with \"messages\"");
-        return prompt_ids(o, j["prompt"].get<std::string>(), vocab, tok, ct);
+        q.ids = prompt_ids(o, j["prompt"].get<std::string>(), vocab, tok, ct);
+        return q;
     }
     if (!tok) die("\"messages\" needs tokenizer.json");
     if (!j["messages"].is_array() || j["messages"].empty()) die("\"messages\" must be a non-empty list");
@@ -99,18 +129,41 @@ inline std::vector<int> batch_line_ids(const BatchLine& line, const Options& o, 
         msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
     }
     if (ct.empty()) die("\"messages\" needs a chat template (this checkpoint has none)");
-    *chat = true;
-    return chat_prompt_ids(o, msgs, vocab, *tok, ct, j.contains("tools") ? &j["tools"] : nullptr);  // else --tools
+    q.chat = true;
+    q.ids = chat_prompt_ids(o, msgs, vocab, *tok, ct, j.contains("tools") ? &j["tools"] : nullptr);  // else --tools
+    return q;
 }
 
-// A line's result: its text (or, without a tokenizer, its ids), token counts, finish reason, and through a chat
-// template the reply's parts. Returns the completion tokens (an end-of-generation id not counted).
+// A line's output as it is generated: the text through the tokenizer's stream decoder and the line's stop strings
+// (text from the first stop string on is dropped), and every generated id.
+struct LineOutput {
+    std::unique_ptr<StreamDecoder> dec;
+    StopStrings stops;
+    std::string text;
+    std::vector<int> ids;
+    LineOutput(const Tokenizer* tok, std::vector<std::string> stop)
+        : dec(tok ? std::make_unique<StreamDecoder>(*tok) : nullptr), stops(std::move(stop)) {}
+    // false: a stop string appeared, and generation ends here.
+    bool push(int id) {
+        ids.push_back(id);
+        if (dec) text += stops.push(dec->push(id));
+        return !stops.stopped();
+    }
+    void flush() {
+        if (dec) text += stops.push(dec->flush()) + stops.flush();
+    }
+};
+
+// A line's result: its text (or, without a tokenizer, its ids), token counts, finish reason ("stop" also where a stop
+// string ended it), and through a chat template the reply's parts. Returns the completion tokens (an
+// end-of-generation id not counted).
 inline int batch_record(nlohmann::ordered_json& rec, const Tokenizer* tok, const ChatTemplate& ct, const Options& o, const BatchLine& line,
-                        const std::vector<int>& prompt, bool chat, const std::string& text, const std::vector<int>& gen_ids, int prompt_tokens,
-                        int generated, const std::string& finish) {
-    rec["text"] = tok ? nlohmann::ordered_json(utf8_repair(text)) : nlohmann::ordered_json(gen_ids);
+                        const std::vector<int>& prompt, bool chat, const LineOutput& out, int prompt_tokens, std::string finish) {
+    const std::string& text = out.text;
+    rec["text"] = tok ? nlohmann::ordered_json(utf8_repair(text)) : nlohmann::ordered_json(out.ids);
     rec["prompt_tokens"] = prompt_tokens;
-    int completion = generated - (finish == "stop" ? 1 : 0);
+    int completion = (int)out.ids.size() - (finish == "stop" && !out.stops.stopped() ? 1 : 0);
+    if (out.stops.stopped()) finish = "stop";
     rec["completion_tokens"] = completion;
     rec["finish_reason"] = finish;
     if (chat) {  // the reply's parts, where it has more than an answer
@@ -140,25 +193,22 @@ int batch_file(Generator<M>& g, const Tokenizer* tok, const ChatTemplate& ct, co
     double t0 = wall_ms();
     long tokens = 0;
     int failed = 0;
+    const SamplingParams defaults = g.sampling();
     for (size_t i = 0; i < lines.size(); i++) {
         const BatchLine& line = lines[i];
         nlohmann::ordered_json rec = {{"line", line.number}};  // keys in this order, "line" first
         try {
-            int max_tokens;
-            bool chat, gaps;
-            std::vector<int> ids = batch_line_ids(line, o, vocab, tok, ct, &max_tokens, &chat, &gaps);
+            LineRequest q = batch_line_request(line, o, vocab, tok, ct, defaults);
             g.forget();
-            std::unique_ptr<StreamDecoder> dec = tok ? std::make_unique<StreamDecoder>(*tok) : nullptr;
-            std::string text;
-            std::vector<int> gen_ids;
-            Generation r = g.run(ids, max_tokens >= 0 ? max_tokens : o.n_predict, eos, [&](int id) {
-                if (dec) text += dec->push(id);
-                else gen_ids.push_back(id);
-                return true;
-            });
-            if (dec) text += dec->flush();
-            tokens += batch_record(rec, tok, ct, o, line, ids, chat, text, gen_ids, r.prompt_tokens, (int)r.tokens.size(), r.finish);
-            if (gaps) rec["completion_ids"] = r.tokens;  // (the gaps themselves come with --parallel)
+            // (a greedy line keeps the flags' seed, which it does not use: a captured decode graph stays valid)
+            SamplingParams sp = q.sp;
+            if (sp.temperature <= 0.f) sp.seed = defaults.seed;
+            g.set_sampling(sp);
+            LineOutput reply(tok, q.stop);
+            Generation r = g.run(q.ids, q.max_tokens >= 0 ? q.max_tokens : o.n_predict, eos, [&](int id) { return reply.push(id); });
+            reply.flush();
+            tokens += batch_record(rec, tok, ct, o, line, q.ids, q.chat, reply, r.prompt_tokens, r.finish);
+            if (q.gaps) rec["completion_ids"] = r.tokens;  // (the gaps themselves come with --parallel)
         } catch (const UserError& e) {
             std::fprintf(stderr, "%s:%d: %s (skipped)\n", o.in_file.c_str(), line.number, e.what());
             rec["error"] = e.what();
@@ -183,8 +233,9 @@ int batch_file_parallel(BatchedRunner<M>& br, const Tokenizer* tok, const ChatTe
     if (!out) die("-o %s: cannot open for writing", o.out_file.c_str());
     struct Job {
         nlohmann::ordered_json rec;
-        std::vector<int> ids;
-        bool chat = false, done = false, gaps = false;
+        LineRequest q;
+        std::unique_ptr<LineOutput> reply;
+        bool done = false;
     };
     std::vector<Job> jobs(lines.size());
     int failed = 0;
@@ -192,12 +243,11 @@ int batch_file_parallel(BatchedRunner<M>& br, const Tokenizer* tok, const ChatTe
         Job& j = jobs[i];
         j.rec = {{"line", lines[i].number}};
         try {
-            int max_tokens;
-            j.ids = batch_line_ids(lines[i], o, vocab, tok, ct, &max_tokens, &j.chat, &j.gaps);
-            BatchedRequest r{(int)i, j.ids, max_tokens >= 0 ? max_tokens : o.n_predict >= 0 ? o.n_predict : 1 << 30, eos, sp};
-            r.sp.seed = sp.seed + (uint64_t)lines[i].number;
+            j.q = batch_line_request(lines[i], o, vocab, tok, ct, sp);
+            j.reply = std::make_unique<LineOutput>(tok, j.q.stop);
+            BatchedRequest r{(int)i, j.q.ids, j.q.max_tokens >= 0 ? j.q.max_tokens : o.n_predict >= 0 ? o.n_predict : 1 << 30, eos, j.q.sp};
             if (r.max_tokens == 0) {  // nothing to generate: the result is there already
-                batch_record(j.rec, tok, ct, o, lines[i], j.ids, j.chat, "", {}, (int)j.ids.size(), 0, "length");
+                batch_record(j.rec, tok, ct, o, lines[i], j.q.ids, j.q.chat, *j.reply, (int)j.q.ids.size(), "length");
                 j.done = true;
                 continue;
             }
@@ -213,18 +263,28 @@ int batch_file_parallel(BatchedRunner<M>& br, const Tokenizer* tok, const ChatTe
     long tokens = 0;
     size_t written = 0, finished = 0;
     auto flush_ready = [&] {  // results go out in input order, as soon as every earlier line has its own
-        for (; written < jobs.size() && jobs[written].done; written++) write_record(out, jobs[written].rec);
+        for (; written < jobs.size() && jobs[written].done; written++) write_record(out, jobs[written].rec), jobs[written].reply.reset();
+    };
+    auto finish = [&](int id, int prompt_tokens, const std::string& reason, const std::vector<float>* gaps) {
+        Job& j = jobs[id];
+        j.reply->flush();
+        tokens += batch_record(j.rec, tok, ct, o, lines[id], j.q.ids, j.q.chat, *j.reply, prompt_tokens, reason);
+        if (j.q.gaps) {
+            j.rec["completion_ids"] = j.reply->ids;
+            if (gaps) j.rec["gaps"] = *gaps;
+        }
+        j.done = true, finished++;
     };
     flush_ready();
+    std::vector<int> stopped;  // ended by a stop string this step
     while (!br.idle()) {
-        for (const BatchedResult& r : br.step()) {
-            Job& j = jobs[r.id];
-            const std::string text = tok ? tok->decode(r.tokens) : "";  // (what the serial path's stream adds up to)
-            tokens += batch_record(j.rec, tok, ct, o, lines[r.id], j.ids, j.chat, text, tok ? std::vector<int>{} : r.tokens, r.prompt_tokens,
-                                   (int)r.tokens.size(), r.finish);
-            if (j.gaps) j.rec["completion_ids"] = r.tokens, j.rec["gaps"] = r.gaps;
-            j.done = true, finished++;
-        }
+        stopped.clear();
+        for (const BatchedResult& r : br.step([&](int id, int token, const TokenLogprobs*) {
+                 if (!jobs[id].reply->push(token)) stopped.push_back(id);
+             }))
+            finish(r.id, r.prompt_tokens, r.finish, &r.gaps);
+        for (int id : stopped)
+            if (br.cancel(id)) finish(id, (int)jobs[id].q.ids.size(), "stop", nullptr);  // (else it finished in the step)
         flush_ready();
         double s = (wall_ms() - t0) / 1000.0;
         if (!o.quiet)

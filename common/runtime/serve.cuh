@@ -336,13 +336,7 @@ private:
     // The request's sampling: its own fields, the server's defaults for those it does not give; a seed of its own
     // per choice (seed + choice), or a random one.
     SamplingParams sampling(const ApiRequest& r, int choice) {
-        SamplingParams p = sm_.defaults;
-        if (r.temperature_set) p.temperature = (float)r.temperature;
-        if (r.top_p_set) p.top_p = (float)r.top_p;
-        if (r.top_k_set) p.top_k = r.top_k;
-        if (r.min_p_set) p.min_p = (float)r.min_p;
-        if (r.repetition_penalty_set) p.repetition_penalty = (float)r.repetition_penalty;
-        p.presence_penalty = (float)r.presence_penalty, p.frequency_penalty = (float)r.frequency_penalty;
+        SamplingParams p = request_sampling(r, sm_.defaults);
         if (r.seed_set) {
             p.seed = r.seed + (uint64_t)choice;
         } else {

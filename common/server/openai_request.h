@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "host/sampling_params.h"
 #include "tokenizer/chat_reply.h"
 
 namespace monocu {
@@ -141,6 +142,45 @@ inline void check_message(const nlohmann::ordered_json& m, size_t i) {
 
 }  // namespace api_detail
 
+// The fields that choose tokens, as a request or a batch file's line gives them (throws ApiError): temperature, top_p,
+// min_p, top_k, the three penalties, seed, stop.
+inline void parse_sampling_fields(const nlohmann::ordered_json& j, ApiRequest& r) {
+    using namespace api_detail;
+    auto has = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
+    if (has("temperature")) r.temperature = number(j["temperature"], "temperature", 0, 2), r.temperature_set = true;
+    if (has("top_p")) r.top_p = number(j["top_p"], "top_p", 0, 1), r.top_p_set = true;
+    if (has("min_p")) r.min_p = number(j["min_p"], "min_p", 0, 1), r.min_p_set = true;
+    if (has("top_k")) r.top_k = (int)integer(j["top_k"], "top_k", 0, 1 << 30), r.top_k_set = true;
+    if (has("presence_penalty")) r.presence_penalty = number(j["presence_penalty"], "presence_penalty", -2, 2);
+    if (has("frequency_penalty")) r.frequency_penalty = number(j["frequency_penalty"], "frequency_penalty", -2, 2);
+    if (has("repetition_penalty"))
+        r.repetition_penalty = number(j["repetition_penalty"], "repetition_penalty", 0.001, 100), r.repetition_penalty_set = true;
+    if (has("seed")) r.seed = (uint64_t)integer(j["seed"], "seed", 0, (1L << 53)), r.seed_set = true;
+    if (has("stop")) {
+        const auto& s = j["stop"];
+        if (s.is_string()) r.stop.push_back(s.get<std::string>());
+        else if (s.is_array()) {
+            if (s.size() > 4) bad("stop", "'stop' takes at most 4 strings");
+            for (const auto& x : s) r.stop.push_back(string(x, "stop"));
+        } else bad("stop", std::string("'stop' must be a string or an array of strings, not ") + type_name(s));
+        for (const std::string& x : r.stop)
+            if (x.empty()) bad("stop", "'stop' strings must not be empty");
+    }
+}
+
+// The request's settings over the defaults (the flags' and generation_config.json's) for the fields it does not give;
+// its seed where it gives one (else the caller's).
+inline SamplingParams request_sampling(const ApiRequest& r, SamplingParams p) {
+    if (r.temperature_set) p.temperature = (float)r.temperature;
+    if (r.top_p_set) p.top_p = (float)r.top_p;
+    if (r.top_k_set) p.top_k = r.top_k;
+    if (r.min_p_set) p.min_p = (float)r.min_p;
+    if (r.repetition_penalty_set) p.repetition_penalty = (float)r.repetition_penalty;
+    p.presence_penalty = (float)r.presence_penalty, p.frequency_penalty = (float)r.frequency_penalty;
+    if (r.seed_set) p.seed = r.seed;
+    return p;
+}
+
 inline ApiRequest parse_api_request(const std::string& body, ApiEndpoint endpoint) {
     using namespace api_detail;
     if (reply_detail::json_scan(body, 0, body.size(), false) == std::string::npos)  // bracket depth outside strings
@@ -174,15 +214,7 @@ inline ApiRequest parse_api_request(const std::string& body, ApiEndpoint endpoin
     }
     if (has("max_completion_tokens")) r.max_tokens = (int)integer(j["max_completion_tokens"], "max_completion_tokens", 1, 1 << 30);
     else if (has("max_tokens")) r.max_tokens = (int)integer(j["max_tokens"], "max_tokens", 1, 1 << 30);
-    if (has("temperature")) r.temperature = number(j["temperature"], "temperature", 0, 2), r.temperature_set = true;
-    if (has("top_p")) r.top_p = number(j["top_p"], "top_p", 0, 1), r.top_p_set = true;
-    if (has("min_p")) r.min_p = number(j["min_p"], "min_p", 0, 1), r.min_p_set = true;
-    if (has("top_k")) r.top_k = (int)integer(j["top_k"], "top_k", 0, 1 << 30), r.top_k_set = true;
-    if (has("presence_penalty")) r.presence_penalty = number(j["presence_penalty"], "presence_penalty", -2, 2);
-    if (has("frequency_penalty")) r.frequency_penalty = number(j["frequency_penalty"], "frequency_penalty", -2, 2);
-    if (has("repetition_penalty"))
-        r.repetition_penalty = number(j["repetition_penalty"], "repetition_penalty", 0.001, 100), r.repetition_penalty_set = true;
-    if (has("seed")) r.seed = (uint64_t)integer(j["seed"], "seed", 0, (1L << 53)), r.seed_set = true;
+    parse_sampling_fields(j, r);
     if (has("n")) r.n = (int)integer(j["n"], "n", 1, 128);
     if (has("stream")) r.stream = boolean(j["stream"], "stream");
     if (has("stream_options")) {
@@ -190,16 +222,6 @@ inline ApiRequest parse_api_request(const std::string& body, ApiEndpoint endpoin
         if (!so.is_object()) bad("stream_options", "'stream_options' must be an object");
         if (!r.stream) bad("stream_options", "'stream_options' is only allowed with 'stream': true");
         if (so.contains("include_usage") && !so["include_usage"].is_null()) r.include_usage = boolean(so["include_usage"], "stream_options.include_usage");
-    }
-    if (has("stop")) {
-        const auto& s = j["stop"];
-        if (s.is_string()) r.stop.push_back(s.get<std::string>());
-        else if (s.is_array()) {
-            if (s.size() > 4) bad("stop", "'stop' takes at most 4 strings");
-            for (const auto& x : s) r.stop.push_back(string(x, "stop"));
-        } else bad("stop", std::string("'stop' must be a string or an array of strings, not ") + type_name(s));
-        for (const std::string& x : r.stop)
-            if (x.empty()) bad("stop", "'stop' strings must not be empty");
     }
     if (endpoint == ApiEndpoint::Chat) {
         if (has("logprobs")) r.logprobs = boolean(j["logprobs"], "logprobs");
