@@ -313,7 +313,7 @@ TEST_CASE("batch files: a line's stop strings, temperature and seed") {
     const std::string stop = greedy.substr(greedy.size() / 2, 3);
     const std::string cut = greedy.substr(0, greedy.find(stop));
     {
-        nlohmann::ordered_json a = {{"prompt", "def add(a, b):"}, {"max_tokens", 24}, {"stop", {"@@never@@", stop}}};
+        nlohmann::ordered_json a = {{"prompt", "def add(a, b):"}, {"max_tokens", 24}, {"temperature", 0}, {"stop", {"@@never@@", stop}}};
         nlohmann::ordered_json b = {{"prompt", "def add(a, b):"}, {"max_tokens", 24}, {"temperature", 0}};
         nlohmann::ordered_json c = {{"prompt", "import numpy as np\n"}, {"max_tokens", 24}, {"seed", 5}, {"top_k", 40}};
         nlohmann::ordered_json d = {{"prompt", "def f(x):"}, {"max_tokens", 1}, {"temperature", 5}};  // out of range

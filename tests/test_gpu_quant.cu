@@ -444,9 +444,92 @@ TEST_CASE("MXFP4 expert GEMVs with biases and GPT-OSS's clamped SwiGLU; a plain 
         for (int n = 0; n < dim; n++) ref_y.push_back(y[n] + dn[idx[j]].bias[n]);
     }
     CHECK_CLOSE(compare(d_y.download(), ref_y), 3e-3);
+    // On Hopper both shapes also run the streaming kernel (ops/gemv_mxfp4.cuh), the gate_up from x normalised
+    // beforehand as the router hands it over: the same bounds against the CPU; and with a grid of 1-3 blocks, each
+    // going round its ring of stages several times and changing experts within its run, the same bits as the full grid.
+    if (mxfp4_stream_fits(gu[0].L) && mxfp4_stream_fits(dn[0].L)) {
+        DeviceVec<bf16> d_xn(to_bf16(normed)), d_h2((size_t)k * f);
+        DeviceVec<float> d_y2((size_t)k * dim);
+        std::vector<float> h_full, y_full;
+        for (int blocks : {0, 1, 2, 3}) {
+            CAPTURE(blocks);
+            mxfp4_stream().blocks = blocks;
+            d_h2.poison(), d_y2.poison();
+            gemv_experts_swiglu<true>(gu[0].L, GemvExperts{d_idx.p, d_tab[0]->p, d_tab[1]->p, k, d_tab[4]->p, act}, d_xn.p, d_h2.p, 0);
+            gemv_experts<true>(dn[0].L, GemvExperts{d_idx.p, d_tab[2]->p, d_tab[3]->p, k, d_tab[5]->p}, d_h.p, d_y2.p, 0);
+            std::vector<float> h2 = from_bf16(d_h2.download()), y2 = d_y2.download();
+            CHECK_CLOSE(compare(h2, ref_h), 8e-3);
+            CHECK_CLOSE(compare(y2, ref_y), 3e-3);
+            if (blocks == 0) h_full = h2, y_full = y2;
+            CHECK(h2 == h_full);
+            CHECK(y2 == y_full);
+        }
+        mxfp4_stream().blocks = 0;
+    } else {
+        MESSAGE("the streaming MXFP4 kernel needs Hopper: not run");
+    }
     // The engines' ordinary GEMVs are built without MXFP4 and say so.
     DeviceVec<bf16> d_x(to_bf16(random_bf16_values(dim, r)));
     CHECK_THROWS_AS(gemv(gu[0].L, d_x.p, d_y.p, 0), UserError);
+}
+
+// gpt-oss-20b's expert shapes (2,880 inputs: 90 blocks a row, three per lane), x far larger than fp16's range once
+// in the middle (the streaming kernel scales x by a power of two), through the streaming kernel and through
+// ops/gemv.cuh's: both within the bounds against the CPU, the streaming one with the same bits for every grid.
+TEST_CASE("MXFP4 expert GEMVs at gpt-oss-20b's shapes: the streaming kernel against the CPU and ops/gemv.cuh's") {
+    Rng r(35);
+    const int E = 5, f = 2880, dim = 2880, k = 4;
+    const std::vector<int> idx = {3, 1, 4, 0};
+    std::vector<HostMxfp4> gu, dn;
+    std::vector<const void*> tab[6];
+    for (int e = 0; e < E; e++) {
+        gu.push_back(make_mxfp4(r, 2 * f, dim, 0.05f, 0.1f));
+        dn.push_back(make_mxfp4(r, dim, f, 0.05f, 0.1f));
+        tab[0].push_back(gu.back().L.w), tab[1].push_back(gu.back().L.scale), tab[2].push_back(dn.back().L.w);
+        tab[3].push_back(dn.back().L.scale), tab[4].push_back(gu.back().L.bias), tab[5].push_back(dn.back().L.bias);
+    }
+    if (!mxfp4_stream_fits(gu[0].L) || !mxfp4_stream_fits(dn[0].L)) {
+        MESSAGE("the streaming MXFP4 kernel needs Hopper: not run");
+        return;
+    }
+    DeviceVec<const void*> t0(tab[0]), t1(tab[1]), t2(tab[2]), t3(tab[3]), t4(tab[4]), t5(tab[5]);
+    DeviceVec<int> d_idx(idx);
+    for (float big : {1.f, 3e4f}) {  // x as a model's, or with one value past 65,504 / 32 (fp16's range at a fixed scale)
+        CAPTURE(big);
+        std::vector<float> x = random_bf16_values(dim, r);
+        x[dim / 2] *= big;
+        x = from_bf16(to_bf16(x));
+        const GluAct act{1.702f, 7.f};
+        std::vector<double> ref_h;
+        for (int j = 0; j < k; j++) {
+            auto g = dot_ref(gu[idx[j]].deq, x, 2 * f, dim);
+            for (int i = 0; i < f; i++) ref_h.push_back(oai_glu(g[2 * i] + gu[idx[j]].bias[2 * i], g[2 * i + 1] + gu[idx[j]].bias[2 * i + 1], 1.702, 7.0));
+        }
+        DeviceVec<bf16> d_x(to_bf16(x)), d_h((size_t)k * f);
+        DeviceVec<float> d_y((size_t)k * dim);
+        std::vector<float> h_full, y_full;
+        for (int blocks : {-1, 0, 5, 37}) {  // -1: ops/gemv.cuh's kernel
+            CAPTURE(blocks);
+            mxfp4_stream().on = blocks >= 0;
+            mxfp4_stream().blocks = std::max(blocks, 0);
+            d_h.poison(), d_y.poison();
+            gemv_experts_swiglu<true>(gu[0].L, GemvExperts{d_idx.p, t0.p, t1.p, k, t4.p, act}, d_x.p, d_h.p, 0);
+            gemv_experts<true>(dn[0].L, GemvExperts{d_idx.p, t2.p, t3.p, k, t5.p}, d_h.p, d_y.p, 0);
+            std::vector<float> h = from_bf16(d_h.download()), y = d_y.download();
+            std::vector<double> ref_y;  // down_proj on the kernel's own h
+            for (int j = 0; j < k; j++) {
+                std::vector<float> hj(h.begin() + (size_t)j * f, h.begin() + (size_t)(j + 1) * f);
+                auto yj = dot_ref(dn[idx[j]].deq, hj, dim, f);
+                for (int n = 0; n < dim; n++) ref_y.push_back(yj[n] + dn[idx[j]].bias[n]);
+            }
+            CHECK_CLOSE(compare(h, ref_h), 8e-3);
+            CHECK_CLOSE(compare(y, ref_y), 3e-3);
+            if (blocks == 0) h_full = h, y_full = y;
+            if (blocks > 0) CHECK(h == h_full);
+            if (blocks > 0) CHECK(y == y_full);
+        }
+        mxfp4_stream().on = true, mxfp4_stream().blocks = 0;
+    }
 }
 
 // A pass of a few rows over FP8 / INT4 weights runs a GEMV per row (ops/linear.cuh's row_gemvs): every mode gives the

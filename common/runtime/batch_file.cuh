@@ -204,6 +204,7 @@ int batch_file(Generator<M>& g, const Tokenizer* tok, const ChatTemplate& ct, co
             SamplingParams sp = q.sp;
             if (sp.temperature <= 0.f) sp.seed = defaults.seed;
             g.set_sampling(sp);
+            g.restart_rng();  // (as the batched core starts each sequence's draws)
             LineOutput reply(tok, q.stop);
             Generation r = g.run(q.ids, q.max_tokens >= 0 ? q.max_tokens : o.n_predict, eos, [&](int id) { return reply.push(id); });
             reply.flush();

@@ -130,6 +130,7 @@ public:
     const SamplingParams& sampling() const { return sp_; }
     const std::vector<int>& cached() const { return cached_; }
     void forget() { cached_.clear(); }     // the next run() prefills its whole prompt
+    void restart_rng() { sampler_reset(sampler_, rt_.stream); }  // draws from the seed's first on (else they go on)
     Sampler& sampler() { return sampler_; }
     FILE* trace = nullptr;                 // --trace: token, position, ms per decode step
 

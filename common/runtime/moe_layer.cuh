@@ -30,6 +30,7 @@
 #include "host/moe_groups.h"
 #include "host/npy.h"
 #include "load/load_linear.cuh"
+#include "ops/gemv_mxfp4.cuh"
 #include "ops/linear.cuh"
 #include "ops/moe.cuh"
 #include "runtime/runtime.cuh"
@@ -50,12 +51,16 @@ inline void gemv_experts_rmsnorm_swiglu(const Linear& L, GemvExperts ex, const f
 //   h[j] = silu(gate) * up of expert idx[j] on xn (rmsnorm(x) already made, bf16 [K])
 template <bool MX = false>
 inline void gemv_experts_swiglu(const Linear& L, GemvExperts ex, const bf16* xn, bf16* h, cudaStream_t s) {
+    if constexpr (MX)
+        if (mxfp4_stream_fits(L)) return mxfp4_experts_swiglu(L, ex, xn, h, s);  // (Hopper: ops/gemv_mxfp4.cuh)
     ex.x_stride = 0, ex.y_stride = (size_t)L.N / 2;
     gemv_launch<GemvInput::BF16, GemvOutput::SWIGLU_BF16, true, MX>(L, xn, nullptr, 0.f, nullptr, h, s, {}, ex);
 }
 //   y[j] = W_idx[j] h[j]                                           h bf16 [k][K], y float [k][N]
 template <bool MX = false>
 inline void gemv_experts(const Linear& L, GemvExperts ex, const bf16* h, float* y, cudaStream_t s) {
+    if constexpr (MX)
+        if (mxfp4_stream_fits(L)) return mxfp4_experts_store(L, ex, h, y, s);
     ex.x_stride = (size_t)L.K * 2, ex.y_stride = (size_t)L.N;
     gemv_launch<GemvInput::BF16, GemvOutput::STORE_F32, true, MX>(L, h, nullptr, 0.f, y, nullptr, s, {}, ex);
 }
