@@ -291,6 +291,33 @@ TEST_CASE("moe_route and moe_combine: scores, choice bias, top-k with ties to th
     }
 }
 
+// expert_bias_rows (a prefill chunk's gathered rows, each given its expert's bias before the experts' GEMMs add onto
+// them): every row its own expert's bias, an expert without one (null) giving zeros; output poisoned first.
+TEST_CASE("expert_bias_rows: each gathered row takes its expert's bias") {
+    Rng r(47);
+    const int E = 5, rows = 37, n = 300;
+    std::vector<std::vector<float>> bias(E);
+    std::vector<std::unique_ptr<DeviceVec<bf16>>> d_bias;
+    std::vector<const void*> table;
+    for (int e = 0; e < E; e++) {
+        bias[e] = from_bf16(to_bf16(random_floats(n, r)));
+        d_bias.push_back(std::make_unique<DeviceVec<bf16>>(to_bf16(bias[e])));
+        table.push_back(e == 2 ? nullptr : d_bias.back()->p);
+    }
+    std::vector<int> expert(rows);
+    for (int i = 0; i < rows; i++) expert[i] = (int)(r.g() % E);
+    DeviceVec<const void*> d_table(table);
+    DeviceVec<int> d_expert(expert);
+    DeviceVec<float> d_y((size_t)rows * n);
+    d_y.poison();
+    expert_bias_rows(d_y.p, d_table.p, d_expert.p, rows, n, 0);
+    std::vector<float> y = d_y.download();
+    int wrong = 0;
+    for (int i = 0; i < rows; i++)
+        for (int c = 0; c < n; c++) wrong += y[(size_t)i * n + c] != (expert[i] == 2 ? 0.f : bias[expert[i]][c]);
+    CHECK(wrong == 0);
+}
+
 // ---- rope ----
 
 // The fused decode router (one launch: logits of rmsnorm(x), then the routing by the last block) against the two-launch

@@ -7,6 +7,7 @@
 //   moe_combine(y, weight, rows, T, k, dim, x, stream);    // x[t] += sum_j weight[t][j] y[row(t, j)]   (y float [..][dim];
 //                                                          // row(t, j) = rows[t k + j], or t k + j without rows)
 //   gather_rows(src, from, rows, n, dst, stream);          // dst[r] = src[from[r]] (bf16 rows of n)
+//   expert_bias_rows(y, bias, expert, rows, n, stream);    // y[r] = bias[expert[r]] (float rows of n; bf16 biases)
 //   moe_router_decode(r, gate, x, norm_w, eps, bias, E, forced, logits, idx, weight, counter, stream);
 //                                                          // one token: the router's projection of rmsnorm(x) and the
 //                                                          // routing in one launch (gate: bf16 [E][dim] + its bias)
@@ -256,6 +257,20 @@ inline void moe_combine(const float* y, const float* weight, const int* rows, in
 }
 
 // dst[r] = src[from[r]], rows of n bf16 (the prefill's rows in expert order).
+// y[r][c] = bias[expert[r]][c]: each gathered row's expert bias at once (bias: device [E] pointers to bf16 [n]), so that
+// the experts' GEMMs then accumulate onto it; one launch for a layer's rows instead of one per expert.
+static __global__ void expert_bias_rows_kernel(float* __restrict__ y, const void* const* __restrict__ bias, const int* __restrict__ expert,
+                                               int rows, int n) {
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {  // (a row per block: no division per element)
+        const bf16* b = static_cast<const bf16*>(bias[expert[r]]);  // (null: an expert without one)
+        float* yr = y + (size_t)r * n;
+        for (int c = threadIdx.x; c < n; c += blockDim.x) yr[c] = b ? __bfloat162float(b[c]) : 0.f;
+    }
+}
+inline void expert_bias_rows(float* y, const void* const* bias, const int* expert, int rows, int n, cudaStream_t stream) {
+    launch(expert_bias_rows_kernel, dim3((unsigned)std::min(rows, 8192)), dim3(256), 0, stream, y, bias, expert, rows, n);
+}
+
 static __global__ void gather_rows_kernel(const bf16* __restrict__ src, const int* __restrict__ from, int rows, int n, bf16* __restrict__ dst) {
     const size_t total = (size_t)rows * n;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)

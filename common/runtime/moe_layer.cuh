@@ -187,9 +187,11 @@ struct MoeScratch {
     bf16* xg;               // [T k][dim]   prefill: the normalised rows in expert order
     int* from;              // [T k]        prefill: the token of each gathered row
     int* rows;              // [T k]        prefill: the gathered row of each (token, j)
+    int* expert;            // [T k]        prefill: the expert of each gathered row
     unsigned* counter;      // decode: moe_router_decode's count of finished blocks (zero between launches)
     bf16* xn;               // [dim]        decode: rmsnorm(x), made by the router for the experts' gate_up
     std::vector<int> host_idx;  // prefill: the choices, back on the host
+    std::vector<int> host_expert;  // ... and each gathered row's expert
     ExpertGroups groups;        // ... grouped by expert (host/moe_groups.h)
 };
 
@@ -205,6 +207,7 @@ inline MoeScratch moe_scratch(int T_max, int E, int k, int dim, int ffn, GpuMemo
     if (T_max > 1) {
         s.gu = mem.alloc<float>(tk * 2 * ffn, "activations"), s.xg = mem.alloc<bf16>(tk * dim, "activations");
         s.from = mem.alloc<int>(tk, "activations"), s.rows = mem.alloc<int>(tk, "activations");
+        s.expert = mem.alloc<int>(tk, "activations");
     }
     return s;
 }
@@ -212,8 +215,9 @@ inline MoeScratch moe_scratch(int T_max, int E, int k, int dim, int ffn, GpuMemo
 // One expert's rows of a prefill chunk: linear(), except that MXFP4 experts (MX) take the GEMM for a single row too
 // (the plain GEMVs are built without MXFP4).
 template <bool MX>
-inline void expert_linear(const Linear& L, const bf16* x, float* y, int n, Linears& lin, cudaStream_t s) {
-    if (MX) return prefill_gemm(L, x, y, n, false, lin, s);
+inline void expert_linear(const Linear& L, const bf16* x, float* y, int n, Linears& lin, cudaStream_t s, bool add = false) {
+    if (MX) return prefill_gemm(L, x, y, n, add, lin, s);
+    if (add) die("internal: expert_linear adds only for MX experts");
     linear(L, x, y, n, lin, s);
 }
 
@@ -274,18 +278,33 @@ inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, co
         OpScope op("gather", s);
         gather_rows(xn, sc.from, (int)tk, dim, sc.xg, s);
     }
-    for (int e = 0; e < f.E; e++) {
-        int n = count[e + 1] - count[e];
-        if (n) expert_linear<MX>(X.gate_up[e], sc.xg + (size_t)count[e] * dim, sc.gu + (size_t)count[e] * 2 * ffn, n, lin, s);
+    // Experts with biases (GPT-OSS): every row's bias first, in one launch per projection, then each expert's GEMM
+    // adds onto it (as prefill_gemm does for one projection: y = b, then y += W x).
+    const bool gu_bias = MX && X.gate_up_bias, dn_bias = MX && X.down_bias;
+    if (gu_bias || dn_bias) {
+        sc.host_expert.resize(tk);
+        for (int e = 0; e < f.E; e++) std::fill(sc.host_expert.begin() + count[e], sc.host_expert.begin() + count[e + 1], e);
+        CUDA_CHECK(cudaMemcpyAsync(sc.expert, sc.host_expert.data(), tk * sizeof(int), cudaMemcpyHostToDevice, s));
     }
+    auto experts = [&](const Linear* Ls, const void* const* bias, const bf16* in, int in_dim, float* out, int out_dim) {
+        if (bias) {
+            OpScope op("bias", s);
+            expert_bias_rows(out, bias, sc.expert, (int)tk, out_dim, s);
+        }
+        for (int e = 0; e < f.E; e++) {
+            int n = count[e + 1] - count[e];
+            if (!n) continue;
+            Linear L = Ls[e];
+            if (bias) L.bias = nullptr;
+            expert_linear<MX>(L, in + (size_t)count[e] * in_dim, out + (size_t)count[e] * out_dim, n, lin, s, bias != nullptr);
+        }
+    };
+    experts(X.gate_up.data(), gu_bias ? X.gate_up_bias : nullptr, sc.xg, dim, sc.gu, 2 * ffn);
     {
         OpScope op("swiglu", s);
         swiglu_interleaved(sc.gu, sc.h, (int)tk, ffn, s, f.act);
     }
-    for (int e = 0; e < f.E; e++) {
-        int n = count[e + 1] - count[e];
-        if (n) expert_linear<MX>(X.down[e], sc.h + (size_t)count[e] * ffn, sc.y + (size_t)count[e] * dim, n, lin, s);
-    }
+    experts(X.down.data(), dn_bias ? X.down_bias : nullptr, sc.h, ffn, sc.y, dim);
     OpScope op("moe sum", s);
     moe_combine(sc.y, sc.weight, sc.rows, T, k, dim, x, s);
     // (The uploads above read pageable host memory: copied out before cudaMemcpyAsync returns, so the next layer
