@@ -204,15 +204,15 @@ static __global__ void bias_rows_kernel(float* __restrict__ y, const bf16* __res
 }
 
 // A pass of a few rows over FP8 / INT4 weights runs a GEMV per row, each reading the quantized weights once, instead of
-// dequantizing the whole projection for a GEMM (5 and 4.5 bytes moved a weight, plus the GEMM): FP8 for 2 rows, INT4
-// for up to 6 (its GEMV multiplies int8 x with dp4a, cheaply; the rows kernel measured faster from 3 rows too, not yet
-// switched: kb/status.md). Past those, up to kQuantRowsPassMax rows run
+// dequantizing the whole projection for a GEMM (5 and 4.5 bytes moved a weight, plus the GEMM): FP8 and INT4 for up to
+// 2 rows (INT4 kept 6 until the thirty-first session: the rows kernel is faster from 3, kb/status.md). Past those, up
+// to kQuantRowsPassMax rows run
 // ops/quant_rows.cuh: the tensor cores on the weights as stored, each read once per 16 rows (Qwen3-8B's FP8
 // projections on the H200, tools/bench_gemv --rows: faster than a GEMV per row from 3 or 4 rows, than dequantizing for
 // a GEMM up to 32; at 64 it ties or loses; kb/status.md). No side stream either, so the batched core's steps of that many sequences
 // run as CUDA graphs.
 constexpr int kQuantRowsPassMax = 32;
-inline int row_gemv_max(WFormat f) { return f == WFormat::FP8 ? 2 : f == WFormat::INT4 ? 6 : 1; }
+inline int row_gemv_max(WFormat f) { return f == WFormat::FP8 || f == WFormat::INT4 ? 2 : 1; }
 inline bool by_gemv(const Linear& L, int T) { return T <= row_gemv_max(L.fmt); }  // (one row: always)
 inline bool by_quant_rows(const Linear& L, int T) { return !by_gemv(L, T) && T <= kQuantRowsPassMax && quant_rows_fit(L, T); }
 // Whether a pass of T rows over L needs no dequantized copy of its weights.

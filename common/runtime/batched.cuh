@@ -24,7 +24,7 @@
 // (1, 2, 4, ... up to max_seqs): rows past the live ones are padding (token 0 at position 0 in a scratch block of
 // the pool), whose logits nobody reads. Engines whose multi-token pass waits on the host (a mixture's routing) run
 // every step eagerly, and so do quantized weights past a few sequences (a pass of more tokens than ops/linear.cuh's
-// ring_free_rows dequantizes them on a side stream: INT4 past 6, FP8 past 32).
+// ring_free_rows dequantizes them on a side stream: FP8 and INT4 past 32).
 #pragma once
 
 #include <functional>
