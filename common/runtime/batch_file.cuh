@@ -157,12 +157,14 @@ struct LineOutput {
 // A line's result: its text (or, without a tokenizer, its ids), token counts, finish reason ("stop" also where a stop
 // string ended it), and through a chat template the reply's parts. Returns the completion tokens (an
 // end-of-generation id not counted).
+// generated: the tokens generated, an end-of-generation id included (the serial path's on_token does not hear it).
 inline int batch_record(nlohmann::ordered_json& rec, const Tokenizer* tok, const ChatTemplate& ct, const Options& o, const BatchLine& line,
-                        const std::vector<int>& prompt, bool chat, const LineOutput& out, int prompt_tokens, std::string finish) {
+                        const std::vector<int>& prompt, bool chat, const LineOutput& out, int prompt_tokens, int generated,
+                        std::string finish) {
     const std::string& text = out.text;
     rec["text"] = tok ? nlohmann::ordered_json(utf8_repair(text)) : nlohmann::ordered_json(out.ids);
     rec["prompt_tokens"] = prompt_tokens;
-    int completion = (int)out.ids.size() - (finish == "stop" && !out.stops.stopped() ? 1 : 0);
+    int completion = generated - (finish == "stop" && !out.stops.stopped() ? 1 : 0);
     if (out.stops.stopped()) finish = "stop";
     rec["completion_tokens"] = completion;
     rec["finish_reason"] = finish;
@@ -208,7 +210,7 @@ int batch_file(Generator<M>& g, const Tokenizer* tok, const ChatTemplate& ct, co
             LineOutput reply(tok, q.stop);
             Generation r = g.run(q.ids, q.max_tokens >= 0 ? q.max_tokens : o.n_predict, eos, [&](int id) { return reply.push(id); });
             reply.flush();
-            tokens += batch_record(rec, tok, ct, o, line, q.ids, q.chat, reply, r.prompt_tokens, r.finish);
+            tokens += batch_record(rec, tok, ct, o, line, q.ids, q.chat, reply, r.prompt_tokens, (int)r.tokens.size(), r.finish);
             if (q.gaps) rec["completion_ids"] = r.tokens;  // (the gaps themselves come with --parallel)
         } catch (const UserError& e) {
             std::fprintf(stderr, "%s:%d: %s (skipped)\n", o.in_file.c_str(), line.number, e.what());
@@ -248,7 +250,7 @@ int batch_file_parallel(BatchedRunner<M>& br, const Tokenizer* tok, const ChatTe
             j.reply = std::make_unique<LineOutput>(tok, j.q.stop);
             BatchedRequest r{(int)i, j.q.ids, j.q.max_tokens >= 0 ? j.q.max_tokens : o.n_predict >= 0 ? o.n_predict : 1 << 30, eos, j.q.sp};
             if (r.max_tokens == 0) {  // nothing to generate: the result is there already
-                batch_record(j.rec, tok, ct, o, lines[i], j.q.ids, j.q.chat, *j.reply, (int)j.q.ids.size(), "length");
+                batch_record(j.rec, tok, ct, o, lines[i], j.q.ids, j.q.chat, *j.reply, (int)j.q.ids.size(), 0, "length");
                 j.done = true;
                 continue;
             }
@@ -269,7 +271,7 @@ int batch_file_parallel(BatchedRunner<M>& br, const Tokenizer* tok, const ChatTe
     auto finish = [&](int id, int prompt_tokens, const std::string& reason, const std::vector<float>* gaps) {
         Job& j = jobs[id];
         j.reply->flush();
-        tokens += batch_record(j.rec, tok, ct, o, lines[id], j.q.ids, j.q.chat, *j.reply, prompt_tokens, reason);
+        tokens += batch_record(j.rec, tok, ct, o, lines[id], j.q.ids, j.q.chat, *j.reply, prompt_tokens, (int)j.reply->ids.size(), reason);
         if (j.q.gaps) {
             j.rec["completion_ids"] = j.reply->ids;
             if (gaps) j.rec["gaps"] = *gaps;
