@@ -20,12 +20,12 @@
 //     once).
 //   - Arithmetic (mx_dot): the codes become fp16 numbers by a shift and a mask, their signs flip x's; HFMA2 over a
 //     block, fp32 across blocks (chunks lane, lane + 32, ..., then the warp's sum).
-// Measured on gpt-oss-20b (H200, in the decode step, kb/status.md): gate_up 22.9 -> 18.5 us, down 15.0 -> 12.9 us with
-// this arithmetic; the same kernel with ops/gemv.cuh's byte-permute lookup took as long as ops/gemv.cuh's own kernel,
+// Measured on gpt-oss-20b (H200, in the decode step from the previous kernel's end, kb/status.md): gate_up 22.9 -> 18.5
+// us, down 15.0 -> 12.9 us with this arithmetic; the same kernel with ops/gemv.cuh's byte-permute lookup took as long as ops/gemv.cuh's own kernel,
 // and with no arithmetic at all 12.9 and 9.1 us: what is left is the memory's start and the wait for the router.
 // Shapes it takes (mxfp4_stream_fits): Hopper, rows a multiple of 16, K a multiple of 32 (an item's scales are then
 // K / 2 bytes, a multiple of 16 as the copies need), weights and scales 16-byte aligned, at least two stages in the
-// block's shared memory (K up to ~13,000). Others go to ops/gemv.cuh.
+// block's shared memory (K up to ~4,300; gpt-oss's 2,880 gets three). Others go to ops/gemv.cuh.
 #pragma once
 
 #include "gpu/tma.cuh"
@@ -38,7 +38,7 @@ constexpr int kMxWarps = 8;                 // multiplying warps; one more warp 
 constexpr int kMxMaxStages = 4;
 constexpr size_t kMxBlockSmem = 80 * 1024;  // two blocks per SM under the decode carveout (gpu/pdl.cuh: 164 KB)
 
-// Tests and tools/bench_gemv: off sends every shape to ops/gemv.cuh's kernel; blocks > 0 fixes the grid (a small
+// For the tests: off sends every shape to ops/gemv.cuh's kernel; blocks > 0 fixes the grid (a small
 // grid makes each block go round its ring several times).
 struct Mxfp4Stream {
     bool on = true;
@@ -59,7 +59,7 @@ __host__ __device__ inline MxLayout mx_layout(int K) {
     l.stage_bytes = l.stage_w + kMxRows * K / 32;
     l.stage_stride = (l.stage_bytes + 127) / 128 * 128;
     const size_t x_bytes = (size_t)K * 2;
-    l.stages = (int)std::min<size_t>(kMxMaxStages, (kMxBlockSmem - x_bytes) / l.stage_stride);
+    l.stages = x_bytes >= kMxBlockSmem ? 0 : (int)std::min<size_t>(kMxMaxStages, (kMxBlockSmem - x_bytes) / l.stage_stride);
     l.smem = (size_t)l.stages * l.stage_stride + x_bytes;
     return l;
 }
@@ -76,8 +76,8 @@ __device__ __forceinline__ void mx_stage_quarter(uint4* dst, const bf16* x8, flo
     *dst = r;
 }
 
-// The power of two that brings the largest |x| into [1024, 2048): far from fp16's overflow (65,504) however large x
-// is, while the products stay well inside fp16's normal range.
+// The power of two that brings the largest |x| into [1024, 2048): products (at most 6 x 2^-14 x 2048) and a block's
+// sums stay far from fp16's overflow (65,504) however large x is, and ordinary values of x stay in its normal range.
 __device__ __forceinline__ float mx_x_scale(float amax) {
     if (!(amax > 0.f) || !isfinite(amax)) return 1.f;
     const int e = (int)((__float_as_uint(amax) >> 23) & 0xFF) - 127;  // amax in [2^e, 2^(e + 1)) (normal floats)
@@ -89,7 +89,7 @@ __device__ __forceinline__ float mx_x_scale(float amax) {
 // exponent's two low bits and its mantissa's top bit, and that number is the code's value (0, 0.5, 1, 1.5, 2, 3, 4, 6)
 // times 2^-14 exactly, subnormals (e = 0) included. One shift and one mask place the magnitudes of nibbles i and i + 4
 // (bits 4i .. and 4i + 16 ..) in both halves of a word at once; their signs flip x's instead (one shift, then a mask
-// and an xor in one instruction). Per 8 weights: ~14 integer instructions and 4 HFMA2, against ~20 (10 byte permutes,
+// and an xor in one instruction). Per 8 weights: ~15 integer instructions and 4 HFMA2, against ~20 (10 byte permutes,
 // which issue at a lower rate) for ops/gemv.cuh's lookup: gpt-oss-20b decode 509 -> 551 tok/s (H200).
 __device__ __forceinline__ float mx_dot(uint4 w, const uint4* xq) {
     const uint32_t* p = reinterpret_cast<const uint32_t*>(&w);
