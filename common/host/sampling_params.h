@@ -15,4 +15,11 @@ struct SamplingParams {
     bool penalised() const { return repetition_penalty != 1.f || presence_penalty != 0.f || frequency_penalty != 0.f; }
 };
 
+// Whether two settings choose the same tokens from the same logits: the seed counts only where tokens are drawn.
+inline bool same_choice(const SamplingParams& a, const SamplingParams& b) {
+    return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p && a.min_p == b.min_p &&
+           a.repetition_penalty == b.repetition_penalty && a.presence_penalty == b.presence_penalty &&
+           a.frequency_penalty == b.frequency_penalty && (a.temperature <= 0.f || a.seed == b.seed);
+}
+
 }  // namespace monocu

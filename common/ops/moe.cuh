@@ -256,7 +256,6 @@ inline void moe_combine(const float* y, const float* weight, const int* rows, in
     launch(moe_combine_kernel, dim3(grid), dim3(256), 0, stream, y, weight, rows, T, k, dim, x);
 }
 
-// dst[r] = src[from[r]], rows of n bf16 (the prefill's rows in expert order).
 // y[r][c] = bias[expert[r]][c]: each gathered row's expert bias at once (bias: device [E] pointers to bf16 [n]), so that
 // the experts' GEMMs then accumulate onto it; one launch for a layer's rows instead of one per expert.
 static __global__ void expert_bias_rows_kernel(float* __restrict__ y, const void* const* __restrict__ bias, const int* __restrict__ expert,
@@ -271,6 +270,7 @@ inline void expert_bias_rows(float* y, const void* const* bias, const int* exper
     launch(expert_bias_rows_kernel, dim3((unsigned)std::min(rows, 8192)), dim3(256), 0, stream, y, bias, expert, rows, n);
 }
 
+// dst[r] = src[from[r]], rows of n bf16 (the prefill's rows in expert order).
 static __global__ void gather_rows_kernel(const bf16* __restrict__ src, const int* __restrict__ from, int rows, int n, bf16* __restrict__ dst) {
     const size_t total = (size_t)rows * n;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)

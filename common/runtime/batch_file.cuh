@@ -150,7 +150,9 @@ struct LineOutput {
         return !stops.stopped();
     }
     void flush() {
-        if (dec) text += stops.push(dec->flush()) + stops.flush();
+        if (!dec) return;
+        text += stops.push(dec->flush());  // (before the held text: two statements, as operands of + are unordered)
+        text += stops.flush();
     }
 };
 
@@ -202,10 +204,7 @@ int batch_file(Generator<M>& g, const Tokenizer* tok, const ChatTemplate& ct, co
         try {
             LineRequest q = batch_line_request(line, o, vocab, tok, ct, defaults);
             g.forget();
-            // (a greedy line keeps the flags' seed, which it does not use: a captured decode graph stays valid)
-            SamplingParams sp = q.sp;
-            if (sp.temperature <= 0.f) sp.seed = defaults.seed;
-            g.set_sampling(sp);
+            g.set_sampling(q.sp);
             g.restart_rng();  // (as the batched core starts each sequence's draws)
             LineOutput reply(tok, q.stop);
             Generation r = g.run(q.ids, q.max_tokens >= 0 ? q.max_tokens : o.n_predict, eos, [&](int id) { return reply.push(id); });

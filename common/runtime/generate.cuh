@@ -124,7 +124,7 @@ public:
     }
 
     void set_sampling(const SamplingParams& sp) {
-        if (graph_.exec && std::memcmp(&sp, &sp_, sizeof sp) != 0) graph_.clear();  // the graph holds sp's values
+        if (graph_.exec && !same_choice(sp, sp_)) graph_.clear();  // the graph holds sp's values (a greedy one no seed)
         sp_ = sp;
     }
     const SamplingParams& sampling() const { return sp_; }
