@@ -532,6 +532,102 @@ TEST_CASE("MXFP4 expert GEMVs at gpt-oss-20b's shapes: the streaming kernel agai
     }
 }
 
+// The prefill's grouped GEMM over MXFP4 experts (ops/gemm_mxfp4.cuh): each expert's rows against the CPU over the
+// decoded weights, stored into a poisoned y with the experts' biases, and added onto y without them. Expert sizes:
+// none, one row, 64 (the 64-column products), 65 and 128 (128 columns), 129 (two tiles, the second of one row) and
+// 300 (three); weight rows past a block's 128 (N = 200) and a K whose last stage holds one MXFP4 block (96,
+// 2,880). Besides make_mxfp4's awkward rows, the last expert's row 3 is scaled by 2^60 and
+// row 4 by 2^-60 (scales far from 127 both ways); each weight row is checked on its own.
+TEST_CASE("MXFP4 grouped GEMM for a prefill's experts (Hopper): every expert's rows against the decoded weights") {
+    Rng r(36);
+    const std::vector<int> sizes = {0, 1, 64, 65, 128, 129, 300};
+    const int E = (int)sizes.size();
+    std::vector<int> first = {0};
+    for (int n : sizes) first.push_back(first.back() + n);
+    const int rows = first.back();
+    const bool was_on = mxfp4_gemm_on();
+    mxfp4_gemm_on() = true;  // (off by default for now: ops/gemm_mxfp4.cuh)
+    for (auto nk : {std::pair<int, int>{200, 96}, {1000, 2880}}) {
+        const int N = nk.first, K = nk.second;
+        CAPTURE(N);
+        CAPTURE(K);
+        std::vector<HostMxfp4> ex;
+        std::vector<const void*> tw, ts, tb;
+        for (int e = 0; e < E; e++) {
+            ex.push_back(make_mxfp4(r, N, K, 0.05f, 0.5f));
+            tw.push_back(ex.back().L.w), ts.push_back(ex.back().L.scale), tb.push_back(ex.back().L.bias);
+        }
+        if (!mxfp4_gemm_fits(ex[0].L)) {
+            MESSAGE("the MXFP4 grouped GEMM needs Hopper (sm_90a): not run");
+            mxfp4_gemm_on() = was_on;
+            return;
+        }
+        {  // the last expert's rows 3 and 4, re-encoded at extreme scales
+            HostMxfp4& h = ex[E - 1];
+            std::vector<uint8_t> blocks((size_t)N * K / 2), scales((size_t)N * K / 32);
+            CUDA_CHECK(cudaMemcpy(blocks.data(), h.w->p, blocks.size(), cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemcpy(scales.data(), h.scale->p, scales.size(), cudaMemcpyDeviceToHost));
+            for (int n = 3; n <= 4; n++) {
+                std::vector<float> w = random_floats(K, r, n == 3 ? 0x1p60f : 0x1p-60f);
+                mxfp4_encode_row(w.data(), K, &blocks[(size_t)n * K / 2], &scales[(size_t)n * K / 32]);
+                mxfp4_decode_row(&blocks[(size_t)n * K / 2], &scales[(size_t)n * K / 32], K, &h.deq[(size_t)n * K]);
+            }
+            h.w->upload(blocks), h.scale->upload(scales);
+            h.bias[3] = h.bias[4] = 0.f;  // (a bias would bury row 4's products in its rounding)
+            h.b->upload(to_bf16(h.bias));
+        }
+        std::vector<float> x = random_bf16_values((size_t)rows * K, r);
+        // The reference: y[row][n] = sum_k x[row][k] w_e[n][k] for the row's expert e.
+        std::vector<double> ref((size_t)rows * N);
+        for (int e = 0; e < E; e++)
+            for (int row = first[e]; row < first[e + 1]; row++) {
+                std::vector<float> xr(x.begin() + (size_t)row * K, x.begin() + (size_t)(row + 1) * K);
+                std::vector<double> y = dot_ref(ex[e].deq, xr, N, K);
+                std::copy(y.begin(), y.end(), ref.begin() + (size_t)row * N);
+            }
+        std::vector<MxgTile> tiles;
+        const int n_tiles = mxfp4_gemm_tiles(first, E, tiles);
+        int expect = 0;
+        for (int n : sizes) expect += (n + kMxgTile - 1) / kMxgTile;
+        CHECK(n_tiles == expect);
+        DeviceVec<MxgTile> d_tiles(tiles);
+        DeviceVec<const void*> d_w(tw), d_s(ts), d_b(tb);
+        DeviceVec<bf16> d_x(to_bf16(x));
+        std::vector<float> y0((size_t)rows * N);  // what the add finds: half the product (any scale; a store leaves half)
+        for (size_t i = 0; i < y0.size(); i++) y0[i] = (float)(0.5 * ref[i]);
+        for (bool add : {false, true}) {  // a store with the experts' biases; an add without them
+            CAPTURE(add);
+            DeviceVec<float> d_y((size_t)rows * N);
+            if (add) d_y.upload(y0);
+            mxfp4_grouped_gemm(ex[0].L, d_w.p, d_s.p, add ? nullptr : d_b.p, d_x.p, rows, d_tiles.p, n_tiles, d_y.p, add, 0);
+            std::vector<float> y = d_y.download();
+            // Each weight row n on its own (rows 3 and 4 of the last expert are 2^120 apart): relative L2 over its tokens.
+            double worst = 0;
+            int worst_e = -1, worst_n = -1, worst_row = -1;  // where: the weight row, and its token furthest off
+            for (int e = 0; e < E; e++)
+                for (int n = 0; n < N && first[e + 1] > first[e]; n++) {
+                    double num = 0, den = 0, far = -1;
+                    int far_row = -1;
+                    for (int row = first[e]; row < first[e + 1]; row++) {
+                        const size_t i = (size_t)row * N + n;
+                        const double got = (double)y[i] - (add ? y0[i] : ex[e].bias[n]);
+                        const double d2 = std::isfinite(y[i]) ? (got - ref[i]) * (got - ref[i]) : INFINITY;
+                        num += d2, den += ref[i] * ref[i];
+                        if (d2 > far) far = d2, far_row = row;
+                    }
+                    const double rel = den > 0 ? std::sqrt(num / den) : 0.0;
+                    if (den == 0) CHECK(num == 0);  // an all-zero weight row gives exact zeros
+                    if (rel > worst) worst = rel, worst_e = e, worst_n = n, worst_row = far_row;
+                }
+            CAPTURE(worst_e);
+            CAPTURE(worst_n);
+            CAPTURE(worst_row);  // (its tile: (worst_row - first[worst_e]) / kMxgTile)
+            CHECK(worst < 1e-4);  // (the tensor cores' fp32 sums over 2,880 inputs: ~1e-5 seen)
+        }
+    }
+    mxfp4_gemm_on() = was_on;
+}
+
 // A pass of a few rows over FP8 / INT4 weights runs a GEMV per row (ops/linear.cuh's row_gemvs): every mode gives the
 // same bits as the rows one at a time; one row more than that takes the dequantize-then-GEMM path, close to them.
 TEST_CASE("a few rows over FP8 / INT4 weights: a GEMV per row, the same bits as one row at a time; more rows near them") {

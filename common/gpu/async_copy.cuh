@@ -6,7 +6,7 @@
 //                                           // (n = 0 reads nothing: a zero-filled slot); 16-byte aligned
 //   cp_async_16_ca(smem_dst, global_src);   // 16 bytes through L1 (the one above skips L1)
 //   cp_async_16_read_once(smem_dst, global_src, n);  // as cp_async_16, for data no one reads again soon
-//   cp_async_4(smem_dst, global_src, n);    // the same for 4 bytes (n = 4 or 0), 4-byte aligned
+//   cp_async_4(smem_dst, global_src, n);    // the same for 4 bytes (n = 0 to 4 read, the rest zeroed), 4-byte aligned
 //   cp_async_commit();                      // closes a group of this thread's copies
 //   cp_async_wait<N>();                     // all but this thread's N most recent groups have landed
 // A thread's own copies are visible to it after cp_async_wait; for other threads' copies add the barrier
@@ -38,7 +38,7 @@ __device__ __forceinline__ void cp_async_16_ca(void* smem, const void* gmem) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 }
 
-// 4 bytes (n_bytes 4) or a zeroed slot (n_bytes 0); both addresses 4-byte aligned.
+// 4 bytes (n_bytes 4), fewer with the rest zeroed, or a zeroed slot (n_bytes 0); both addresses 4-byte aligned.
 __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, int n_bytes = 4) {
     unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(n_bytes) : "memory");

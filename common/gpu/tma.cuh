@@ -8,6 +8,7 @@
 //   mbar_expect_tx(&bar, bytes); tma_load_3d(dst, &m, &bar, x, y, z);   // the loading thread
 //   mbar_wait(&bar, phase & 1);                         // the using threads: the phase's bytes have all landed
 //   mbar_arrive(&bar);                                  // ... and, on another barrier, "this buffer is free again"
+//   mbar_arrive_on_copies(&bar);                        // an arrival once this thread's cp.async copies have landed
 //
 // A box is copied into shared memory as rows of 128 bytes whose 16-byte chunks are permuted by the row index (the
 // swizzle wgmma.cuh's descriptors expect); coordinates past the tensor's extent read as zeros, and their bytes still
@@ -72,6 +73,11 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
+// One arrival on bar once every cp.async (gpu/async_copy.cuh) this thread has started has landed (the barrier's
+// count includes it: "noinc").
+__device__ __forceinline__ void mbar_arrive_on_copies(uint64_t* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
 // Waits until the phase with this parity has completed.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
     uint32_t done;
@@ -82,6 +88,13 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
             : "r"(smem_addr(bar)), "r"(parity)
             : "memory");
     } while (!done);
+}
+
+// Box at (x, y) of a rank-2 map, as tma_load_3d.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int x, int y) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(smem_addr(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(x), "r"(y)
+                 : "memory");
 }
 
 // Box at (x, y, z) of the map into shared memory (1024-byte aligned for the 128-byte swizzle), completing on bar.

@@ -20,8 +20,9 @@
 //     inside every gate_up block instead, one launch fewer, measured slower: 32.5 against 21.4 us for the launch.)
 //   - a prefill chunk: the router's GEMM and the routing, then the choices come back to the host, which groups
 //     the (token, expert) pairs by expert; the rows each expert takes are gathered, each expert with any runs
-//     its GEMMs on them (dequantized first when quantized, as any projection's prefill), and the weighted sum
-//     reads each token's k rows back.
+//     its GEMMs on them (dequantized first when quantized, as any projection's prefill; MXFP4 experts on Hopper: one
+//     grouped GEMM per projection for all experts, over the 4-bit weights, ops/gemm_mxfp4.cuh), and the weighted
+//     sum reads each token's k rows back.
 #pragma once
 
 #include <vector>
@@ -192,6 +193,8 @@ struct MoeScratch {
     bf16* xn;               // [dim]        decode: rmsnorm(x), made by the router for the experts' gate_up
     std::vector<int> host_idx;  // prefill: the choices, back on the host
     std::vector<int> host_expert;  // ... and each gathered row's expert
+    MxgTile* tiles = nullptr;       // prefill, MXFP4 experts on Hopper: the grouped GEMM's tiles (ops/gemm_mxfp4.cuh)
+    std::vector<MxgTile> host_tiles;
     ExpertGroups groups;        // ... grouped by expert (host/moe_groups.h)
 };
 
@@ -208,6 +211,7 @@ inline MoeScratch moe_scratch(int T_max, int E, int k, int dim, int ffn, GpuMemo
         s.gu = mem.alloc<float>(tk * 2 * ffn, "activations"), s.xg = mem.alloc<bf16>(tk * dim, "activations");
         s.from = mem.alloc<int>(tk, "activations"), s.rows = mem.alloc<int>(tk, "activations");
         s.expert = mem.alloc<int>(tk, "activations");
+        s.tiles = mem.alloc<MxgTile>(mxfp4_gemm_max_tiles((long)tk, E), "activations");
     }
     return s;
 }
@@ -278,15 +282,33 @@ inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, co
         OpScope op("gather", s);
         gather_rows(xn, sc.from, (int)tk, dim, sc.xg, s);
     }
-    // Experts with biases (GPT-OSS): every row's bias first, in one launch per projection, then each expert's GEMM
-    // adds onto it (as prefill_gemm does for one projection: y = b, then y += W x).
+    // MXFP4 experts on Hopper: one grouped GEMM per projection over the weights as they are, on the tiles of each
+    // expert's rows; otherwise a GEMM per expert (over bf16 weights dequantized first when quantized).
+    int n_tiles = 0;
+    if constexpr (MX) {
+        if (mxfp4_gemm_fits(X.gate_up[0]) && mxfp4_gemm_fits(X.down[0])) {
+            n_tiles = mxfp4_gemm_tiles(count, f.E, sc.host_tiles);
+            CUDA_CHECK(cudaMemcpyAsync(sc.tiles, sc.host_tiles.data(), n_tiles * sizeof(MxgTile), cudaMemcpyHostToDevice, s));
+        }
+    }
+    // Experts with biases (GPT-OSS), one GEMM per expert: every row's bias first, in one launch per projection, then
+    // each expert's GEMM adds onto it (as prefill_gemm does for one projection: y = b, then y += W x).
     const bool gu_bias = MX && X.gate_up_bias, dn_bias = MX && X.down_bias;
-    if (gu_bias || dn_bias) {
+    if ((gu_bias || dn_bias) && !n_tiles) {
         sc.host_expert.resize(tk);
         for (int e = 0; e < f.E; e++) std::fill(sc.host_expert.begin() + count[e], sc.host_expert.begin() + count[e + 1], e);
         CUDA_CHECK(cudaMemcpyAsync(sc.expert, sc.host_expert.data(), tk * sizeof(int), cudaMemcpyHostToDevice, s));
     }
-    auto experts = [&](const Linear* Ls, const void* const* bias, const bf16* in, int in_dim, float* out, int out_dim) {
+    auto experts = [&](const Linear* Ls, const void* const* w, const void* const* scales, const void* const* bias, const bf16* in,
+                       int in_dim, float* out, int out_dim) {
+        if constexpr (MX) {
+            if (n_tiles) {  // (the biases join in the kernel's output)
+                OpScope op("gemm mxfp4", s, 2.0 * tk * out_dim * in_dim, Ls[0].label);
+                mxfp4_grouped_gemm(Ls[0], w, scales, bias, in, (long)tk, sc.tiles, n_tiles, out, false, s);
+                return;
+            }
+        }
+        (void)w, (void)scales;
         if (bias) {
             OpScope op("bias", s);
             expert_bias_rows(out, bias, sc.expert, (int)tk, out_dim, s);
@@ -299,12 +321,12 @@ inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, co
             expert_linear<MX>(L, in + (size_t)count[e] * in_dim, out + (size_t)count[e] * out_dim, n, lin, s, bias != nullptr);
         }
     };
-    experts(X.gate_up.data(), gu_bias ? X.gate_up_bias : nullptr, sc.xg, dim, sc.gu, 2 * ffn);
+    experts(X.gate_up.data(), X.gate_up_w, X.gate_up_scale, gu_bias ? X.gate_up_bias : nullptr, sc.xg, dim, sc.gu, 2 * ffn);
     {
         OpScope op("swiglu", s);
         swiglu_interleaved(sc.gu, sc.h, (int)tk, ffn, s, f.act);
     }
-    experts(X.down.data(), dn_bias ? X.down_bias : nullptr, sc.h, ffn, sc.y, dim);
+    experts(X.down.data(), X.down_w, X.down_scale, dn_bias ? X.down_bias : nullptr, sc.h, ffn, sc.y, dim);
     OpScope op("moe sum", s);
     moe_combine(sc.y, sc.weight, sc.rows, T, k, dim, x, s);
     // (The uploads above read pageable host memory: copied out before cudaMemcpyAsync returns, so the next layer
