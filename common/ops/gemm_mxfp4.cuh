@@ -36,7 +36,7 @@
 // the bias joins the store); scales loaded by the loading threads themselves (they waited on each load: no gain over
 // the pipeline depth); 256-token tiles with setmaxnreg (hung: not diagnosed); 2^126 folded into the scale for scales
 // <= 128, one multiply a pair (no faster).
-// Not on by default yet (mxfp4_gemm_on): the extended unit test fails on one row (kb/status.md, "GPT-OSS").
+// Not on by default yet (mxfp4_gemm_on): its corrected unit test has not run on a GPU (kb/status.md, "GPT-OSS").
 // Shapes (mxfp4_gemm_fits): built for sm_90a, K a multiple of 32, weights and scales 16-byte aligned.
 #pragma once
 
@@ -75,8 +75,8 @@ inline int mxfp4_gemm_tiles(const std::vector<int>& first, int E, std::vector<Mx
 // The most tiles rows gathered rows of E experts can make.
 inline int mxfp4_gemm_max_tiles(long rows, int E) { return (int)(rows / kMxgTile) + E; }
 
-// Off by default until its unit test passes again (kb/status.md: a 0.5% error on one row of the extended test, not yet
-// diagnosed): the experts then dequantize-then-cuBLAS. MONOCU_MXFP4_GEMM=on turns it on (read once, before loading:
+// Off by default until its corrected unit test has passed on a GPU (kb/status.md, "GPT-OSS"): the experts then
+// dequantize-then-cuBLAS. MONOCU_MXFP4_GEMM=on turns it on (read once, before loading:
 // the dequantization scratch is sized for the experts only when it is off); the tests set it directly.
 inline bool& mxfp4_gemm_on() {
     static bool on = [] {
