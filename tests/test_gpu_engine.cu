@@ -106,6 +106,23 @@ TEST_CASE("every engine matches transformers on the tiny test models") {
             double e = rel_l2(ours, ref);
             CHECK_MESSAGE(e < 2e-2, "rel_l2 ", e);
         }
+        // MXFP4 experts: the prefill's grouped GEMM on the codes (ops/gemm_mxfp4.cuh, Hopper; off by default for
+        // now) against the same references, and near the default path (both multiply the same exact weights).
+        if (engine.find("gpt_oss") != std::string::npos && file_text(dir + "/config.json").find("\"mxfp4\"") != std::string::npos) {
+            TempDir grouped;
+            std::string gcmd = cmd;
+            const std::string dump = " --dump-dir " + out.path;
+            REQUIRE(gcmd.find(dump) != std::string::npos);
+            gcmd.replace(gcmd.find(dump), dump.size(), " --dump-dir " + grouped.path);
+            REQUIRE_MESSAGE(run_command("MONOCU_MXFP4_GEMM=on " + gcmd, &log) == 0, log);
+            for (const std::string& tap : taps) {
+                CAPTURE(tap);
+                NpyArray g = npy_read(grouped / (tap + ".npy")), ref = npy_read(dir + "/ref/" + tap + ".npy"), ours = npy_read(out / (tap + ".npy"));
+                REQUIRE(g.shape == ref.shape);
+                CHECK_MESSAGE(rel_l2(g, ref) < 2e-2, "grouped MXFP4 GEMM: rel_l2 ", rel_l2(g, ref));
+                CHECK_MESSAGE(rel_l2(g, ours) < 5e-3, "grouped MXFP4 GEMM against the default path: rel_l2 ", rel_l2(g, ours));
+            }
+        }
         NpyArray ids = npy_read(out / "ids.npy");
         const double clear_gap = std::max((double)kClearGap, kClearGapOfRms * rms(npy_read(dir + "/ref/logits.npy")));
         size_t checked = 0;
