@@ -30,12 +30,13 @@
 //   - Output: each thread owns 64 (or 32) elements of Y^T; it stores them plus the bias (or adds them) inside the tile
 //     and N.
 // Measured (H200, kb/status.md): gpt-oss-20b's 2k prefill 31,842 -> 41,785 tok/s, the experts at ~280-290 TFLOP/s
-// (cuBLAS on bf16 weights: ~410 for gate_up); 512 tokens 12,066 -> 26,712; the 120b's 512 2,342 -> 6,500. Where the time goes (ncu): a third of the
-// tensor pipe's cycles; the conversion (9 instructions a code pair) keeps the issue slots half busy and the products
-// wait on it. Tried: a read-modify-write of y for biases written first (a round trip per element: 194 TFLOP/s; now
-// the bias joins the store); scales loaded by the loading threads themselves (they waited on each load: no gain over
-// the pipeline depth); 256-token tiles with setmaxnreg (hung: not diagnosed); 2^126 folded into the scale for scales
-// <= 128, one multiply a pair (no faster).
+// (cuBLAS on bf16 weights: ~410 for gate_up); 512 tokens 12,066 -> 26,712; the 120b's 512 2,342 -> 6,500. Where the
+// time goes (ncu): the tensor pipe is busy a third of the cycles; the conversion (9 instructions a code pair) keeps
+// the issue slots half busy and the products wait on it. Tried: a read-modify-write of y for biases written first (a
+// round trip per element: 194 TFLOP/s; now the bias joins the store); scales loaded by the loading threads themselves
+// (they waited on each load: no gain over the pipeline depth); 256-token tiles with setmaxnreg (hung; likely cause, not
+// checked: the loading warpgroup's cp.async address arithmetic needs more than the 40 registers it kept); 2^126 folded
+// into the scale for scales <= 128, one multiply a pair (no faster).
 // Not on by default yet (mxfp4_gemm_on): its corrected unit test has not run on a GPU (kb/status.md, "GPT-OSS").
 // Shapes (mxfp4_gemm_fits): built for sm_90a, K a multiple of 32, weights and scales 16-byte aligned.
 #pragma once
@@ -72,12 +73,12 @@ inline int mxfp4_gemm_tiles(const std::vector<int>& first, int E, std::vector<Mx
         for (int r = first[e]; r < first[e + 1]; r += kMxgTile) tiles.push_back({e, r, std::min(kMxgTile, first[e + 1] - r), 0});
     return (int)tiles.size();
 }
-// The most tiles rows gathered rows of E experts can make.
+// The most tiles that `rows` gathered rows of E experts can make.
 inline int mxfp4_gemm_max_tiles(long rows, int E) { return (int)(rows / kMxgTile) + E; }
 
 // Off by default until its corrected unit test has passed on a GPU (kb/status.md, "GPT-OSS"): the experts then
-// dequantize-then-cuBLAS. MONOCU_MXFP4_GEMM=on turns it on (read once, before loading:
-// the dequantization scratch is sized for the experts only when it is off); the tests set it directly.
+// dequantize-then-cuBLAS. MONOCU_MXFP4_GEMM=on turns it on (read once, before loading: the dequantization scratch is
+// sized for the experts only when it is off); the tests set it directly.
 inline bool& mxfp4_gemm_on() {
     static bool on = [] {
         const char* v = std::getenv("MONOCU_MXFP4_GEMM");
@@ -101,7 +102,7 @@ inline bool mxfp4_gemm_fits(const Linear& L) {
 struct MxgSmem {
     uint16_t x[kMxgStages][kMxgTile][kMxgK];   // 128-byte swizzled rows (first: 1024-byte aligned)
     uint8_t w[kMxgStages][kMxgRows][32];       // a row's two 16-byte blocks, swapped in rows with bit 2 set (banks)
-    uint32_t scale[kMxgStages][kMxgRows][2];   // the aligned 8 bytes that hold a row's two scales (mxg_scale_at)
+    uint32_t scale[kMxgStages][kMxgRows][2];   // the aligned 8 bytes that hold a row's two scales (mxg_scale_word)
     uint64_t full[kMxgStages], empty[kMxgStages];
 };
 
