@@ -24,19 +24,19 @@
 //     a second barrier says both computing warpgroups are done with it.
 //   - Computing: per 16 inputs, a thread's A fragment is its rows g and g + 8 (of its warp's 16) at inputs 2t, 2t + 1,
 //     2t + 8, 2t + 9: bytes t and t + 4 (and 8 + t, 12 + t for the block's second 16), byte t of each 4-byte word of the
-//     row's 16-byte block. A byte's two codes become a bf16 pair by two multiplies by constants and masks (mx_pair),
-//     times 2^126 and the block's scale (bf16 multiplies, exact). Stage i + 1 is converted while stage i's products
-//     run. Tiles of up to 64 rows use 64-column products.
+//     row's 16-byte block. A byte's two codes become a bf16 pair by a byte permute, one multiply by a constant and
+//     masks (mx_pair), times 2^126 and the block's scale (bf16 multiplies, exact). Stage i + 1 is converted while
+//     stage i's products run. Tiles of up to 64 rows use 64-column products.
 //   - Output: each thread owns 64 (or 32) elements of Y^T; it stores them plus the bias (or adds them) inside the tile
 //     and N.
 // Measured (H200, kb/status.md): gpt-oss-20b's 2k prefill 31,842 -> 41,785 tok/s, the experts at ~280-290 TFLOP/s
 // (cuBLAS on bf16 weights: ~410 for gate_up); 512 tokens 12,066 -> 26,712; the 120b's 512 2,342 -> 6,500. Where the
-// time goes (ncu): the tensor pipe is busy a third of the cycles; the conversion (9 instructions a code pair) keeps
-// the issue slots half busy and the products wait on it. Tried: a read-modify-write of y for biases written first (a
-// round trip per element: 194 TFLOP/s; now the bias joins the store); scales loaded by the loading threads themselves
-// (they waited on each load: no gain over the pipeline depth); 256-token tiles with setmaxnreg (hung; likely cause, not
-// checked: the loading warpgroup's cp.async address arithmetic needs more than the 40 registers it kept); 2^126 folded
-// into the scale for scales <= 128, one multiply a pair (no faster).
+// time goes (ncu): the tensor pipe is busy a third of the cycles; the conversion (9 instructions a code pair then, 7
+// since, not yet measured) keeps the issue slots half busy and the products wait on it. Tried: a read-modify-write of
+// y for biases written first (a round trip per element: 194 TFLOP/s; now the bias joins the store); scales loaded by
+// the loading threads themselves (they waited on each load: no gain over the pipeline depth); 256-token tiles with
+// setmaxnreg (hung; likely cause, not checked: the loading warpgroup's cp.async address arithmetic needs more than the
+// 40 registers it kept); 2^126 folded into the scale for scales <= 128, one multiply a pair (no faster).
 // Not on by default yet (mxfp4_gemm_on): its corrected unit test has not run on a GPU (kb/status.md, "GPT-OSS").
 // Shapes (mxfp4_gemm_fits): built for sm_90a, K a multiple of 32, weights and scales 16-byte aligned.
 #pragma once
@@ -123,14 +123,16 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
     return d;
 }
 
-// The two E2M1 codes in the low byte of v (element 2j low nibble, 2j + 1 high) as a bf16 pair times scale2 (the
-// block's scale in both halves). Each code's magnitude bits e1 e0 m land on bf16 bits 6-8 (a subnormal for e = 0,
-// a normal number otherwise: the code's value times 2^-126, for all 8 codes) and its sign on bit 15: one multiply
-// by 2^6 + 2^18 puts both magnitudes in place (the stray copies are masked off), one by 2^12 + 2^24 both signs.
-__device__ __forceinline__ uint32_t mx_pair(uint32_t v, uint32_t scale2) {
-    const uint32_t mag = ((v & 0x77u) * 0x00040040u) & 0x01C001C0u;
-    const uint32_t sgn = ((v & 0x88u) * 0x01001000u) & 0x80008000u;
-    return bf16x2_mul(bf16x2_mul(mag | sgn, 0x7E807E80u), scale2);  // x 2^126, x 2^(s - 127)
+// The two E2M1 codes of byte `sel` (0-3) of v (element 2j in the low nibble, 2j + 1 in the high) as a bf16 pair times
+// scale2 (the block's scale in both halves). The byte is taken alone (a byte permute), and one multiply by 2^6 + 2^18
+// makes two copies of it, 12 bits apart: the low code's magnitude bits e1 e0 m land on bf16 bits 6-8 and its sign on
+// bit 9, the high code's on 22-24 and 25; the signs go up 6 to bits 15 and 31 (the stray bits are masked off). Each
+// half is then the code's value times 2^-126 (a subnormal for e = 0, a normal number otherwise, for all 8 codes):
+// times 2^126, times 2^(s - 127), both exact. 7 instructions a pair (checked on the CPU for every byte and scale).
+__device__ __forceinline__ uint32_t mx_pair(uint32_t v, uint32_t sel, uint32_t scale2) {
+    const uint32_t t = __byte_perm(v, 0u, 0x4440u | sel) * 0x00040040u;
+    const uint32_t bits = (t & 0x01C001C0u) | ((t << 6) & 0x80008000u);
+    return bf16x2_mul(bf16x2_mul(bits, 0x7E807E80u), scale2);  // x 2^126, x 2^(s - 127)
 }
 __device__ __forceinline__ uint32_t mx_scale2(uint32_t s) { return (s << 7) | (s << 23); }  // 2^(s - 127) twice (s = 0: 0)
 // Row n's scales of stage i (MXFP4 blocks 2i and 2i + 1) start at byte n KB + 2i of the tensor: the loader copies the
@@ -198,11 +200,11 @@ __device__ __forceinline__ void mxg_compute(MxgSmem& sm, const MxgArgs& a, const
             const uint4 hi = *reinterpret_cast<const uint4*>(&sm.w[s][r_hi][(blk ^ sw) * 16]);
             const bool in_k = 2 * i + blk < KB;  // (past K the codes are zeros; the scale bytes there may be anything)
             const uint32_t m_lo = mx_scale2(in_k ? sc_lo[blk] : 127u), m_hi = mx_scale2(in_k ? sc_hi[blk] : 127u);
-            const int sh = 8 * t;
-            A[2 * blk][0] = mx_pair(lo.x >> sh, m_lo), A[2 * blk][1] = mx_pair(hi.x >> sh, m_hi);
-            A[2 * blk][2] = mx_pair(lo.y >> sh, m_lo), A[2 * blk][3] = mx_pair(hi.y >> sh, m_hi);
-            A[2 * blk + 1][0] = mx_pair(lo.z >> sh, m_lo), A[2 * blk + 1][1] = mx_pair(hi.z >> sh, m_hi);
-            A[2 * blk + 1][2] = mx_pair(lo.w >> sh, m_lo), A[2 * blk + 1][3] = mx_pair(hi.w >> sh, m_hi);
+            const uint32_t sel = t;  // byte t of each 4-byte word
+            A[2 * blk][0] = mx_pair(lo.x, sel, m_lo), A[2 * blk][1] = mx_pair(hi.x, sel, m_hi);
+            A[2 * blk][2] = mx_pair(lo.y, sel, m_lo), A[2 * blk][3] = mx_pair(hi.y, sel, m_hi);
+            A[2 * blk + 1][0] = mx_pair(lo.z, sel, m_lo), A[2 * blk + 1][1] = mx_pair(hi.z, sel, m_hi);
+            A[2 * blk + 1][2] = mx_pair(lo.w, sel, m_lo), A[2 * blk + 1][3] = mx_pair(hi.w, sel, m_hi);
         }
     };
     auto issue = [&](uint32_t(&A)[4][4], int i) {
