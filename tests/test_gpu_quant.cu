@@ -533,11 +533,12 @@ TEST_CASE("MXFP4 expert GEMVs at gpt-oss-20b's shapes: the streaming kernel agai
 }
 
 // The prefill's grouped GEMM over MXFP4 experts (ops/gemm_mxfp4.cuh): each expert's rows against the CPU over the
-// decoded weights, stored into a poisoned y with the experts' biases, and added onto y without them. Expert sizes:
-// none, one row, 64 (the 64-column products), 65 and 128 (128 columns), 129 (two tiles, the second of one row) and
-// 300 (three); weight rows past a block's 128 (N = 200) and a K whose last stage holds one MXFP4 block (96,
-// 2,880). Besides make_mxfp4's awkward rows, the last expert's row 3 is scaled by 2^60 and
-// row 4 by 2^-60 (scales far from 127 both ways); each output is checked against the magnitude of its terms.
+// decoded weights, stored into a poisoned y with the experts' biases, and added onto y without them, with tiles of 128
+// and of 192 rows. Expert sizes: none, one row, 64 (the 64-column products), 65 and 128 (128 columns), 129 and 300
+// (two or three tiles of 128; one of 192 columns, or 192 + 108); weight rows past a block's 128 (N = 200) and a K
+// whose last stage holds one MXFP4 block (96, 2,880). Besides make_mxfp4's awkward rows, the last expert's row 3 is
+// scaled by 2^60 and row 4 by 2^-60 (scales far from 127 both ways); each output is checked against the magnitude of
+// its terms.
 TEST_CASE("MXFP4 grouped GEMM for a prefill's experts (Hopper): every expert's rows against the decoded weights") {
     Rng r(36);
     const std::vector<int> sizes = {0, 1, 64, 65, 128, 129, 300};
@@ -593,18 +594,24 @@ TEST_CASE("MXFP4 grouped GEMM for a prefill's experts (Hopper): every expert's r
                     }
                     ref[(size_t)row * N + n] = sum, mag[(size_t)row * N + n] = abs_sum;
                 }
-        std::vector<MxgTile> tiles;
-        const int n_tiles = mxfp4_gemm_tiles(first, E, tiles);
-        int expect = 0;
-        for (int n : sizes) expect += (n + kMxgTile - 1) / kMxgTile;
-        CHECK(n_tiles == expect);
-        DeviceVec<MxgTile> d_tiles(tiles);
         DeviceVec<const void*> d_w(tw), d_s(ts), d_b(tb);
         DeviceVec<bf16> d_x(to_bf16(x));
         std::vector<float> y0((size_t)rows * N);  // what the add finds: half the product (any scale; a store leaves half)
         for (size_t i = 0; i < y0.size(); i++) y0[i] = (float)(0.5 * ref[i]);
-        for (bool add : {false, true}) {  // a store with the experts' biases; an add without them
+        const int tile_rows_was = mxfp4_gemm_tile_rows();
+        // Tiles of 128 rows (products over 64 or 128 tokens) and of kMxgTile (also over 192: the 129- and 300-row
+        // experts), each stored with the experts' biases and added without them.
+        for (int tile_rows : {128, kMxgTile})
+        for (bool add : {false, true}) {
+            CAPTURE(tile_rows);
             CAPTURE(add);
+            mxfp4_gemm_tile_rows() = tile_rows;
+            std::vector<MxgTile> tiles;
+            const int n_tiles = mxfp4_gemm_tiles(first, E, tiles);
+            int expect = 0;
+            for (int n : sizes) expect += (n + tile_rows - 1) / tile_rows;
+            CHECK(n_tiles == expect);
+            DeviceVec<MxgTile> d_tiles(tiles);
             DeviceVec<float> d_y((size_t)rows * N);
             if (add) d_y.upload(y0);
             mxfp4_grouped_gemm(ex[0].L, d_w.p, d_s.p, add ? nullptr : d_b.p, d_x.p, rows, d_tiles.p, n_tiles, d_y.p, add, 0);
@@ -628,6 +635,7 @@ TEST_CASE("MXFP4 grouped GEMM for a prefill's experts (Hopper): every expert's r
             CAPTURE(worst_row);
             CHECK(worst < 1e-5);  // (fp32 sums in k order: 2.8e-8 on this data, emulated on the CPU)
         }
+        mxfp4_gemm_tile_rows() = tile_rows_was;
     }
     mxfp4_gemm_on() = was_on;
 }

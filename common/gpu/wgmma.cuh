@@ -64,6 +64,8 @@ __device__ __forceinline__ void wgmma_hold_regs(uint32_t (&r)[R][C]) {
 #define MONOCU_WG_ACC64 MONOCU_WG_ACC32, MONOCU_WG_ACC8(32), MONOCU_WG_ACC8(40), MONOCU_WG_ACC8(48), MONOCU_WG_ACC8(56)
 #define MONOCU_WG_R32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define MONOCU_WG_R64 MONOCU_WG_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define MONOCU_WG_ACC96 MONOCU_WG_ACC64, MONOCU_WG_ACC8(64), MONOCU_WG_ACC8(72), MONOCU_WG_ACC8(80), MONOCU_WG_ACC8(88)
+#define MONOCU_WG_R96 MONOCU_WG_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define MONOCU_WG_ACC128 MONOCU_WG_ACC64, MONOCU_WG_ACC8(64), MONOCU_WG_ACC8(72), MONOCU_WG_ACC8(80), MONOCU_WG_ACC8(88), MONOCU_WG_ACC8(96), \
                          MONOCU_WG_ACC8(104), MONOCU_WG_ACC8(112), MONOCU_WG_ACC8(120)
 #define MONOCU_WG_R128 MONOCU_WG_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95" \
@@ -88,9 +90,14 @@ __device__ __forceinline__ void wgmma_ss_m64n128(float (&d)[64], uint64_t a, uin
 // (TransB, the default: V for P V) or K-major (rows of B along K, as a row-major [N][K] tile: the MXFP4 GEMM's x).
 template <int N, bool F16, bool TransB = true>
 __device__ __forceinline__ void wgmma_rs_m64n(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
-    static_assert(N == 64 || N == 128 || (N == 256 && !F16), "wgmma_rs_m64n: N is 64 or 128 (256: bf16)");
+    static_assert(N == 64 || N == 128 || ((N == 192 || N == 256) && !F16), "wgmma_rs_m64n: N is 64 or 128 (192, 256: bf16)");
     constexpr int tb = TransB ? 1 : 0;
-    if constexpr (N == 256)
+    if constexpr (N == 192)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {" MONOCU_WG_R96 "}, {%96, %97, %98, %99}, %100, p, 1, 1, %102;\n}\n"
+                     : MONOCU_WG_ACC96
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1), "n"(tb));
+    else if constexpr (N == 256)
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" MONOCU_WG_R128 "}, {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
                      : MONOCU_WG_ACC128
@@ -122,6 +129,8 @@ __device__ __forceinline__ void wgmma_rs_m64n(float (&d)[N / 2], const uint32_t 
 #undef MONOCU_WG_ACC64
 #undef MONOCU_WG_R32
 #undef MONOCU_WG_R64
+#undef MONOCU_WG_ACC96
+#undef MONOCU_WG_R96
 #undef MONOCU_WG_ACC128
 #undef MONOCU_WG_R128
 

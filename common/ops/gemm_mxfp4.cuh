@@ -2,7 +2,7 @@
 // weights read as the checkpoint holds them (4.25 bits each; no bf16 copy of them anywhere).
 //
 // Usage (runtime/moe_layer.cuh; the rows grouped by expert, expert e's rows first[e] .. first[e + 1] - 1):
-//   n = mxfp4_gemm_tiles(first, E, tiles);             // host: each expert's rows cut into tiles of up to 128
+//   n = mxfp4_gemm_tiles(first, E, tiles);             // host: each expert's rows cut into tiles of up to 192
 //   (tiles uploaded to d_tiles)
 //   if (mxfp4_gemm_fits(L)) mxfp4_grouped_gemm(L, w, scales, bias, x, rows, d_tiles, n, y, add, stream);
 //       // y[r] (+)= W_e x[r] + b_e for each row r of expert e; L is any expert's projection (the shape), w, scales and
@@ -14,11 +14,11 @@
 //
 // The product is computed transposed, Y^T = W X^T, so that the weights are wgmma's A operand, which may come from
 // registers: each thread turns the codes it needs into bf16 in registers, and nothing dequantized is ever stored.
-//   - Work: an item is 128 weight rows by one tile (up to 128 rows of one expert). Persistent: one block of 384
+//   - Work: an item is 128 weight rows by one tile (up to 192 rows of one expert). Persistent: one block of 384
 //     threads per SM takes items b, b + grid, ... (row blocks fastest, so that the blocks running together share an
 //     x tile in L2). Warpgroup 0 loads; warpgroups 1 and 2 compute 64 weight rows each.
-//   - Loading, 64 inputs a stage into a ring of 8 (running on into the next item): one thread copies the x tile (128
-//     rows x 64, bf16) by a bulk tensor copy, 128-byte swizzled as wgmma reads a K-major B; each of the 128 threads
+//   - Loading, 64 inputs a stage into a ring of 4 (running on into the next item): one thread copies the x tile (one
+//     or two boxes of 128 rows x 64, bf16) by bulk tensor copies, 128-byte swizzled as wgmma reads a K-major B; each of the 128 threads
 //     copies its weight row's two 16-byte blocks and the 8 aligned bytes around its two scales with cp.async (zeros
 //     past N or K), none of them waited for by the thread. The stage's barrier completes when all of it has landed;
 //     a second barrier says both computing warpgroups are done with it.
@@ -26,8 +26,9 @@
 //     2t + 8, 2t + 9: bytes t and t + 4 (and 8 + t, 12 + t for the block's second 16), byte t of each 4-byte word of the
 //     row's 16-byte block. A byte's two codes become a bf16 pair by a byte permute, one multiply by a constant and
 //     masks (mx_pair), times 2^126 and the block's scale (bf16 multiplies, exact). Stage i + 1 is converted while
-//     stage i's products run. Tiles of up to 64 rows use 64-column products.
-//   - Output: each thread owns 64 (or 32) elements of Y^T; it stores them plus the bias (or adds them) inside the tile
+//     stage i's products run. Tiles of up to 64 rows use 64-column products, up to 128 128-column ones, longer ones
+//     192 (96 accumulators a thread: 256 would not fit the 168 registers a thread of 384 gets).
+//   - Output: each thread owns 96, 64 or 32 elements of Y^T; it stores them plus the bias (or adds them) inside the tile
 //     and N.
 // Measured (H200, kb/status.md): gpt-oss-20b's 2k prefill 31,842 -> 41,785 tok/s, the experts at ~280-290 TFLOP/s
 // (cuBLAS on bf16 weights: ~410 for gate_up); 512 tokens 12,066 -> 26,712; the 120b's 512 2,342 -> 6,500. Where the
@@ -37,6 +38,8 @@
 // the loading threads themselves (they waited on each load: no gain over the pipeline depth); 256-token tiles with
 // setmaxnreg (hung; likely cause, not checked: the loading warpgroup's cp.async address arithmetic needs more than the
 // 40 registers it kept); 2^126 folded into the scale for scales <= 128, one multiply a pair (no faster).
+// The measurements above are of tiles of at most 128 (MONOCU_MXFP4_TILE=128 brings them back); the 192-row tiles and
+// the ring of 4 were written after the session's device time (not yet run on a GPU).
 // Not on by default yet (mxfp4_gemm_on): its corrected unit test has not run on a GPU (kb/status.md, "GPT-OSS").
 // Shapes (mxfp4_gemm_fits): built for sm_90a, K a multiple of 32, weights and scales 16-byte aligned.
 #pragma once
@@ -56,9 +59,9 @@
 namespace monocu {
 
 constexpr int kMxgRows = 128;   // weight rows per block
-constexpr int kMxgTile = 128;   // expert rows (tokens) per tile (products over 64 or 128 of them)
+constexpr int kMxgTile = 192;   // the most expert rows (tokens) a tile holds (products over 64, 128 or 192 of them)
 constexpr int kMxgK = 64;       // inputs per stage
-constexpr int kMxgStages = 8;
+constexpr int kMxgStages = 4;
 constexpr int kMxgThreads = 384;
 
 // One tile of the list: rows row0 .. row0 + rows - 1 (rows <= kMxgTile), all of expert `expert`.
@@ -66,15 +69,27 @@ struct MxgTile {
     int expert, row0, rows, pad;
 };
 
+// Rows a tile takes: 192 (the default) or 128 (MONOCU_MXFP4_TILE=128; the tests set it directly). Larger tiles convert
+// each code once for more products.
+inline int& mxfp4_gemm_tile_rows() {
+    static int rows = [] {
+        const char* v = std::getenv("MONOCU_MXFP4_TILE");
+        return v && std::string(v) == "128" ? 128 : kMxgTile;
+    }();
+    return rows;
+}
+
 // Host: the tiles of the rows grouped by expert (first[e] .. first[e + 1] - 1 are expert e's); returns their number.
 inline int mxfp4_gemm_tiles(const std::vector<int>& first, int E, std::vector<MxgTile>& tiles) {
+    const int rows = mxfp4_gemm_tile_rows();
+    if (rows != 128 && rows != kMxgTile) die("mxfp4_gemm_tiles: tiles of %d rows (128 or %d)", rows, kMxgTile);
     tiles.clear();
     for (int e = 0; e < E; e++)
-        for (int r = first[e]; r < first[e + 1]; r += kMxgTile) tiles.push_back({e, r, std::min(kMxgTile, first[e + 1] - r), 0});
+        for (int r = first[e]; r < first[e + 1]; r += rows) tiles.push_back({e, r, std::min(rows, first[e + 1] - r), 0});
     return (int)tiles.size();
 }
-// The most tiles that `rows` gathered rows of E experts can make.
-inline int mxfp4_gemm_max_tiles(long rows, int E) { return (int)(rows / kMxgTile) + E; }
+// The most tiles that `rows` gathered rows of E experts can make (tiles of 128 rows or more).
+inline int mxfp4_gemm_max_tiles(long rows, int E) { return (int)(rows / 128) + E; }
 
 // Off by default until its corrected unit test has passed on a GPU (kb/status.md, "GPT-OSS"): the experts then
 // dequantize-then-cuBLAS. MONOCU_MXFP4_GEMM=on turns it on (read once, before loading: the dequantization scratch is
@@ -100,7 +115,7 @@ inline bool mxfp4_gemm_fits(const Linear& L) {
 #if defined(MONOCU_SM90A)
 
 struct MxgSmem {
-    uint16_t x[kMxgStages][kMxgTile][kMxgK];   // 128-byte swizzled rows (first: 1024-byte aligned)
+    uint16_t x[kMxgStages][256][kMxgK];        // 128-byte swizzled rows (first: 1024-byte aligned), two boxes of 128
     uint8_t w[kMxgStages][kMxgRows][32];       // a row's two 16-byte blocks, swapped in rows with bit 2 set (banks)
     uint32_t scale[kMxgStages][kMxgRows][2];   // the aligned 8 bytes that hold a row's two scales (mxg_scale_word)
     uint64_t full[kMxgStages], empty[kMxgStages];
@@ -156,9 +171,10 @@ __device__ __forceinline__ void mxg_load(MxgSmem& sm, const CUtensorMap& tx, con
         for (int i = 0; i < n_k; i++, it++) {
             const int s = it % kMxgStages;
             if (it >= kMxgStages) mbar_wait(&sm.empty[s], ((it / kMxgStages) - 1) & 1);
-            if (r == 0) {
-                mbar_expect_tx(&sm.full[s], kMxgTile * kMxgK * 2);
-                tma_load_2d(&sm.x[s][0][0], &tx, &sm.full[s], i * kMxgK, tile.row0);
+            if (r == 0) {  // the x tile, in boxes of 128 rows (a second one only for a tile of more than 128)
+                const int boxes = tile.rows > 128 ? 2 : 1;
+                mbar_expect_tx(&sm.full[s], boxes * 128 * kMxgK * 2);
+                for (int bx = 0; bx < boxes; bx++) tma_load_2d(&sm.x[s][bx * 128][0], &tx, &sm.full[s], i * kMxgK, tile.row0 + bx * 128);
             }
 #pragma unroll
             for (int blk = 0; blk < 2; blk++) {
@@ -270,7 +286,8 @@ __global__ void __launch_bounds__(kMxgThreads, 1) mxfp4_gemm_kernel(const __grid
         const MxgTile tile = a.tiles[item / a.row_tiles];
         const int n0 = (item % a.row_tiles) * kMxgRows;
         if (tile.rows <= 64) mxg_compute<64>(sm, a, tile, n0, it, wg - 1);
-        else mxg_compute<128>(sm, a, tile, n0, it, wg - 1);
+        else if (tile.rows <= 128) mxg_compute<128>(sm, a, tile, n0, it, wg - 1);
+        else mxg_compute<192>(sm, a, tile, n0, it, wg - 1);
     }
 }
 
@@ -285,7 +302,7 @@ inline void mxfp4_grouped_gemm(const Linear& L, const void* const* w, const void
     if (n_tiles <= 0 || rows <= 0) return;
 #if defined(MONOCU_SM90A)
     const uint64_t K = (uint64_t)L.K;
-    const CUtensorMap tx = tma_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, {K, (uint64_t)rows}, {K * 2}, {(uint32_t)kMxgK, (uint32_t)kMxgTile});
+    const CUtensorMap tx = tma_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, {K, (uint64_t)rows}, {K * 2}, {(uint32_t)kMxgK, 128u});
     const int row_tiles = CEIL_DIV(L.N, kMxgRows);
     MxgArgs a{reinterpret_cast<const uint8_t* const*>(w), reinterpret_cast<const uint8_t* const*>(scales),
               reinterpret_cast<const bf16* const*>(bias), d_tiles, y, L.N, L.K, row_tiles, row_tiles * n_tiles, add};
