@@ -282,11 +282,14 @@ inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, co
         OpScope op("gather", s);
         gather_rows(xn, sc.from, (int)tk, dim, sc.xg, s);
     }
-    // MXFP4 experts on Hopper: one grouped GEMM per projection over the weights as they are, on the tiles of each
-    // expert's rows; otherwise a GEMM per expert (over bf16 weights dequantized first when quantized).
+    // MXFP4 experts on Hopper (with MONOCU_MXFP4_GEMM=on, for now): one grouped GEMM per projection over the weights as
+    // they are, on the tiles of each expert's rows; otherwise a GEMM per expert (over bf16 weights dequantized first
+    // when quantized). Every expert's tensors must fit (their alignment), not only the first's.
     int n_tiles = 0;
     if constexpr (MX) {
-        if (mxfp4_gemm_fits(X.gate_up[0]) && mxfp4_gemm_fits(X.down[0])) {
+        bool fit = true;
+        for (int e = 0; e < f.E && fit; e++) fit = mxfp4_gemm_fits(X.gate_up[e]) && mxfp4_gemm_fits(X.down[e]);
+        if (fit) {
             n_tiles = mxfp4_gemm_tiles(count, f.E, sc.host_tiles);
             CUDA_CHECK(cudaMemcpyAsync(sc.tiles, sc.host_tiles.data(), n_tiles * sizeof(MxgTile), cudaMemcpyHostToDevice, s));
         }
