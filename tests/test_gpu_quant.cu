@@ -546,8 +546,6 @@ TEST_CASE("MXFP4 grouped GEMM for a prefill's experts (Hopper): every expert's r
     std::vector<int> first = {0};
     for (int n : sizes) first.push_back(first.back() + n);
     const int rows = first.back();
-    const bool was_on = mxfp4_gemm_on();
-    mxfp4_gemm_on() = true;  // (off by default for now: ops/gemm_mxfp4.cuh)
     for (auto nk : {std::pair<int, int>{200, 96}, {1000, 2880}}) {
         const int N = nk.first, K = nk.second;
         CAPTURE(N);
@@ -560,7 +558,6 @@ TEST_CASE("MXFP4 grouped GEMM for a prefill's experts (Hopper): every expert's r
         }
         if (!mxfp4_gemm_fits(ex[0].L)) {
             MESSAGE("the MXFP4 grouped GEMM needs Hopper (sm_90a): not run");
-            mxfp4_gemm_on() = was_on;
             return;
         }
         {  // the last expert's rows 3 and 4, re-encoded at extreme scales
@@ -637,7 +634,6 @@ TEST_CASE("MXFP4 grouped GEMM for a prefill's experts (Hopper): every expert's r
         }
         mxfp4_gemm_tile_rows() = tile_rows_was;
     }
-    mxfp4_gemm_on() = was_on;
 }
 
 // A pass of a few rows over FP8 / INT4 weights runs a GEMV per row (ops/linear.cuh's row_gemvs): every mode gives the

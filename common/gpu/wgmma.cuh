@@ -66,10 +66,6 @@ __device__ __forceinline__ void wgmma_hold_regs(uint32_t (&r)[R][C]) {
 #define MONOCU_WG_R64 MONOCU_WG_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define MONOCU_WG_ACC96 MONOCU_WG_ACC64, MONOCU_WG_ACC8(64), MONOCU_WG_ACC8(72), MONOCU_WG_ACC8(80), MONOCU_WG_ACC8(88)
 #define MONOCU_WG_R96 MONOCU_WG_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
-#define MONOCU_WG_ACC128 MONOCU_WG_ACC64, MONOCU_WG_ACC8(64), MONOCU_WG_ACC8(72), MONOCU_WG_ACC8(80), MONOCU_WG_ACC8(88), MONOCU_WG_ACC8(96), \
-                         MONOCU_WG_ACC8(104), MONOCU_WG_ACC8(112), MONOCU_WG_ACC8(120)
-#define MONOCU_WG_R128 MONOCU_WG_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95" \
-                       ", %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 
 // d[64x128] = A B (+ d when accumulate), A [64x16] and B [16x128] K-major in shared memory; fp16 or bf16 inputs.
 template <bool F16>
@@ -90,17 +86,12 @@ __device__ __forceinline__ void wgmma_ss_m64n128(float (&d)[64], uint64_t a, uin
 // (TransB, the default: V for P V) or K-major (rows of B along K, as a row-major [N][K] tile: the MXFP4 GEMM's x).
 template <int N, bool F16, bool TransB = true>
 __device__ __forceinline__ void wgmma_rs_m64n(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
-    static_assert(N == 64 || N == 128 || ((N == 192 || N == 256) && !F16), "wgmma_rs_m64n: N is 64 or 128 (192, 256: bf16)");
+    static_assert(N == 64 || N == 128 || (N == 192 && !F16), "wgmma_rs_m64n: N is 64 or 128 (192: bf16)");
     constexpr int tb = TransB ? 1 : 0;
     if constexpr (N == 192)
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {" MONOCU_WG_R96 "}, {%96, %97, %98, %99}, %100, p, 1, 1, %102;\n}\n"
                      : MONOCU_WG_ACC96
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1), "n"(tb));
-    else if constexpr (N == 256)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" MONOCU_WG_R128 "}, {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
-                     : MONOCU_WG_ACC128
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1), "n"(tb));
     else if constexpr (N == 128 && F16)
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
@@ -131,8 +122,6 @@ __device__ __forceinline__ void wgmma_rs_m64n(float (&d)[N / 2], const uint32_t 
 #undef MONOCU_WG_R64
 #undef MONOCU_WG_ACC96
 #undef MONOCU_WG_R96
-#undef MONOCU_WG_ACC128
-#undef MONOCU_WG_R128
 
 // Register budgets per warpgroup (warp specialisation: the loading warpgroup gives registers to the computing ones).
 template <int N>

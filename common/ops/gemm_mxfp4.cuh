@@ -4,7 +4,7 @@
 // Usage (runtime/moe_layer.cuh; the rows grouped by expert, expert e's rows first[e] .. first[e + 1] - 1):
 //   n = mxfp4_gemm_tiles(first, E, tiles);             // host: each expert's rows cut into tiles of up to 192
 //   (tiles uploaded to d_tiles)
-//   if (mxfp4_gemm_fits(L)) mxfp4_grouped_gemm(L, w, scales, bias, x, rows, d_tiles, n, y, add, stream);
+//   if (mxfp4_gemm_used(L)) mxfp4_grouped_gemm(L, w, scales, bias, x, rows, d_tiles, n, y, add, stream);
 //       // y[r] (+)= W_e x[r] + b_e for each row r of expert e; L is any expert's projection (the shape), w, scales and
 //       // bias the device tables of every expert's blocks, scales and biases (load/load_linear.cuh's ExpertLinears;
 //       // bias may be null)
@@ -93,7 +93,7 @@ inline int mxfp4_gemm_max_tiles(long rows, int E) { return (int)(rows / 128) + E
 
 // Off by default until its corrected unit test has passed on a GPU (kb/status.md, "GPT-OSS"): the experts then
 // dequantize-then-cuBLAS. MONOCU_MXFP4_GEMM=on turns it on (read once, before loading: the dequantization scratch is
-// sized for the experts only when it is off); the tests set it directly.
+// sized for the experts only when it is off).
 inline bool& mxfp4_gemm_on() {
     static bool on = [] {
         const char* v = std::getenv("MONOCU_MXFP4_GEMM");
@@ -102,15 +102,18 @@ inline bool& mxfp4_gemm_on() {
     return on;
 }
 
+// Whether the kernel can take L's shape (a Hopper build, K a multiple of 32, 16-byte aligned tensors) ...
 inline bool mxfp4_gemm_fits(const Linear& L) {
 #if defined(MONOCU_SM90A)
     return L.fmt == WFormat::MXFP4 && L.K % 32 == 0 && L.N > 0 && reinterpret_cast<uintptr_t>(L.w) % 16 == 0 &&
-           reinterpret_cast<uintptr_t>(L.scale) % 16 == 0 && mxfp4_gemm_on();
+           reinterpret_cast<uintptr_t>(L.scale) % 16 == 0;
 #else
     (void)L;
     return false;
 #endif
 }
+// ... and whether the kit uses it for L (switched on, and it fits).
+inline bool mxfp4_gemm_used(const Linear& L) { return mxfp4_gemm_on() && mxfp4_gemm_fits(L); }
 
 #if defined(MONOCU_SM90A)
 

@@ -180,7 +180,7 @@ inline void linears_alloc(Linears& lin, int T_max, bool dumping, GpuMemory& mem)
     for (const Linear* L : all) {
         bool head = L == lin.plan.head_;
         if (!head) k_max = std::max(k_max, (size_t)L->K), n_max = std::max(n_max, (size_t)L->N);
-        if (L->fmt == WFormat::BF16 || (head && !dumping) || mxfp4_gemm_fits(*L)) continue;  // (MXFP4 experts: read as they are)
+        if (L->fmt == WFormat::BF16 || (head && !dumping) || mxfp4_gemm_used(*L)) continue;  // (MXFP4 experts: read as they are)
         deq = std::max(deq, (size_t)L->N * L->K);
         if (!head) deq_layer = std::max(deq_layer, (size_t)L->N * L->K);
     }
@@ -226,7 +226,7 @@ inline int ring_free_rows(const Linears& lin) {
     int rows = INT32_MAX;
     for (const std::vector<const Linear*>* list : {&lin.plan.order, &lin.plan.extras})
         for (const Linear* L : *list)
-            if (L->fmt != WFormat::BF16 && !mxfp4_gemm_fits(*L)) rows = std::min(rows, without_dequant(*L, kQuantRowsPassMax) ? kQuantRowsPassMax : row_gemv_max(L->fmt));
+            if (L->fmt != WFormat::BF16 && !mxfp4_gemm_used(*L)) rows = std::min(rows, without_dequant(*L, kQuantRowsPassMax) ? kQuantRowsPassMax : row_gemv_max(L->fmt));
     return rows;
 }
 

@@ -288,7 +288,7 @@ inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, co
     int n_tiles = 0;
     if constexpr (MX) {
         bool fit = true;
-        for (int e = 0; e < f.E && fit; e++) fit = mxfp4_gemm_fits(X.gate_up[e]) && mxfp4_gemm_fits(X.down[e]);
+        for (int e = 0; e < f.E && fit; e++) fit = mxfp4_gemm_used(X.gate_up[e]) && mxfp4_gemm_used(X.down[e]);
         if (fit) {
             n_tiles = mxfp4_gemm_tiles(count, f.E, sc.host_tiles);
             CUDA_CHECK(cudaMemcpyAsync(sc.tiles, sc.host_tiles.data(), n_tiles * sizeof(MxgTile), cudaMemcpyHostToDevice, s));
