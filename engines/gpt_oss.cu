@@ -155,6 +155,7 @@ struct GptOss {
                          sliding, sliding ? *std::max_element(c.window.begin(), c.window.end()) : 0, c.dim, c.n_heads, c.n_kv, c.head_dim,
                          c.vocab, c.hf.rope.type.c_str());
         moe_model_info(i, c.n_layers, c.experts, c.dim, w.layers.empty() ? nullptr : &w.layers[0].moe);  // k of E experts read
+        i.kv_window = kv_window_of(c.window);  // all layers windowed (Mistral): the batched core frees blocks behind it
         if (!w.layers.empty()) i.summary += strf(", experts in %s", wformat_name(w.layers[0].moe.experts.down[0].fmt));
         return i;
     }

@@ -183,6 +183,7 @@ struct Llama {
         i.summary = strf("%s: %d layers (%d without RoPE, %d with a window), dim %d, %d/%d heads x %d, ffn %d, vocab %d, rope %s",
                          c.hf.model_type.c_str(), c.n_layers, nope, sliding, c.dim, c.n_heads, c.n_kv, c.head_dim, c.ffn, c.vocab, c.hf.rope.type.c_str());
         if (c.moe) moe_model_info(i, c.n_layers, c.experts, c.dim, w.layers.empty() ? nullptr : &w.layers[0].moe);  // k of E experts read
+        i.kv_window = kv_window_of(c.window);  // all layers windowed (Mistral): the batched core frees blocks behind it
         return i;
     }
 

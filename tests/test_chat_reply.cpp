@@ -170,6 +170,22 @@ TEST_CASE("reasoning as Qwen3 and GPT-OSS write it beside a call") {
     r = parse_reply("plan it\n</think>\n\nThe answer.", ReplyFormat::Hermes, true);
     CHECK(r.reasoning == "plan it");
     CHECK(r.content == "The answer.");
+    // Harmony: a prompt that ends inside an analysis message (a prefilled assistant turn) likewise.
+    const std::string open = "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>analysis<|message|>";
+    CHECK(reply_starts_in_reasoning(open, ReplyFormat::Harmony));
+    CHECK(reply_starts_in_reasoning(open + "Partly planned", ReplyFormat::Harmony));
+    CHECK_FALSE(reply_starts_in_reasoning("<|start|>assistant", ReplyFormat::Harmony));
+    CHECK_FALSE(reply_starts_in_reasoning(open + "Done.<|end|><|start|>assistant", ReplyFormat::Harmony));
+    CHECK_FALSE(reply_starts_in_reasoning("<|start|>assistant<|channel|>final<|message|>", ReplyFormat::Harmony));
+    CHECK(reply_in_reasoning("so far", ReplyFormat::Harmony, true));
+    CHECK_FALSE(reply_in_reasoning("so far", ReplyFormat::Harmony, false));
+    CHECK_FALSE(reply_in_reasoning("plan<|end|>", ReplyFormat::Harmony, true));
+    CHECK_FALSE(reply_in_reasoning("plan<|end|><|start|>assistant<|channel|>final<|message|>Hi", ReplyFormat::Harmony, true));
+    CHECK(reply_in_reasoning("plan<|end|><|start|>assistant<|channel|>analysis<|message|>more", ReplyFormat::Harmony, true));
+    r = parse_reply("Plan it.<|end|><|start|>assistant<|channel|>final<|message|>The answer.", ReplyFormat::Harmony, true);
+    CHECK(r.warnings.empty());
+    CHECK(r.reasoning == "Plan it.");
+    CHECK(r.content == "The answer.");
     r = parse_reply("<think>cut short", ReplyFormat::Plain);  // a reply stopped inside its reasoning
     CHECK(r.reasoning == "cut short");
     CHECK(r.content.empty());

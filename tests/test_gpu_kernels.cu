@@ -1507,3 +1507,50 @@ TEST_CASE("penalties: repetition over prompt and output, presence and frequency 
         CHECK(rest == std::vector<int>(want.begin() + 15, want.end()));
     }
 }
+
+// argmax_rows (the batched core's greedy rows): each row's first maximum and the gap to its runner-up, against the
+// CPU, for few rows (a row cut into up to 32 pieces, merged by a second launch) and many (a block a row), at
+// Qwen3's vocabulary and at awkward small ones. Planted: a maximum tied across two pieces (lowest index wins, gap 0),
+// a runner-up in another piece than the winner, the winner and runner-up in one piece, a row of one value.
+TEST_CASE("argmax_rows: first maximum and top-2 gap per row, few rows in pieces and many rows whole") {
+    GpuMemory mem;
+    Rng r(41);
+    for (int vocab : {151936, 4097, 1000, 5}) {
+        for (int n : {1, 2, 3, 7, 64, 200}) {
+            CAPTURE(vocab);
+            CAPTURE(n);
+            std::vector<float> x = random_floats((size_t)n * vocab, r, 2.f);
+            for (int row = 0; row < n; row++) {
+                float* v = x.data() + (size_t)row * vocab;
+                const int a = r.uniform_int(0, vocab - 1), b = r.uniform_int(0, vocab - 1);
+                switch (row % 4) {
+                    case 0: v[a] = 50.f, v[b] = 50.f; break;                // a tie (a == b: one maximum, runner-up random)
+                    case 1: v[a] = 50.f, v[b] = a == b ? 50.f : 49.5f; break;  // runner-up anywhere
+                    case 2: v[a] = 50.f, v[std::min(vocab - 1, a + 1)] = a + 1 < vocab ? 49.75f : 50.f; break;  // neighbours
+                    default: for (int i = 0; i < vocab; i++) v[i] = 3.f;     // all equal: index 0, gap 0
+                }
+            }
+            DeviceVec<float> d(x);
+            BatchSampler bs = batch_sampler_create(vocab, 1, 200, mem, 0);
+            CUDA_CHECK(cudaMemset(bs.tokens, 0xFF, 2 * 200 * sizeof(int)));  // tokens and gaps poisoned
+            argmax_rows(bs, d.p, n, 0);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<int> tok(n);
+            std::vector<float> gap(n);
+            CUDA_CHECK(cudaMemcpy(tok.data(), bs.tokens, n * sizeof(int), cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemcpy(gap.data(), bs.gaps, n * sizeof(float), cudaMemcpyDeviceToHost));
+            for (int row = 0; row < n; row++) {
+                CAPTURE(row);
+                const float* v = x.data() + (size_t)row * vocab;
+                int best = 0;
+                for (int i = 1; i < vocab; i++)
+                    if (v[i] > v[best]) best = i;
+                float runner = -INFINITY;
+                for (int i = 0; i < vocab; i++)
+                    if (i != best) runner = std::max(runner, v[i]);
+                CHECK(tok[row] == best);
+                if (vocab > 1) CHECK(gap[row] == v[best] - runner);
+            }
+        }
+    }
+}

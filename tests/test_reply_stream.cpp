@@ -14,6 +14,7 @@ namespace {
 
 struct Streamed {
     std::string content, reasoning;
+    std::string early_reasoning;  // what came before finish()
     std::vector<ToolCall> calls;
     bool stopped = false;
 };
@@ -31,6 +32,7 @@ Streamed stream(const Tokenizer& tok, const std::vector<int>& ids, ReplyStream::
             break;
         }
     }
+    s.early_reasoning = s.reasoning;
     ReplyDelta d = rs.finish();
     s.content += d.content, s.reasoning += d.reasoning, s.calls = d.tool_calls;
     CHECK(rs.finish().empty());  // once
@@ -76,13 +78,16 @@ TEST_CASE("reply stream: every format's replies, streamed through real tokenizer
         tokenizers++;
         for (const auto& [f, text] : kReplies)
             for (bool starts : {false, true}) {
-                std::string reply = starts && f != ReplyFormat::Harmony ? "plan first\n</think>\n\n" + text : text;
+                // (starts: the prompt left the reasoning open, a <think> or, for Harmony, an analysis message)
+                std::string reply = !starts ? text : f == ReplyFormat::Harmony ? "plan first<|end|><|start|>assistant" + text : "plan first\n</think>\n\n" + text;
                 std::vector<int> ids = tok.encode(reply);
                 if (tok.decode(ids) != reply) continue;  // (a normalizer changes it: not this test's concern)
                 CAPTURE(name);
                 CAPTURE(reply);
-                ChatReply whole = parse_reply(reply, f, starts && f != ReplyFormat::Harmony, 7);
-                Streamed s = stream(tok, ids, ReplyStream::Mode::Chat, f, starts && f != ReplyFormat::Harmony);
+                ChatReply whole = parse_reply(reply, f, starts, 7);
+                if (starts) CHECK(whole.reasoning.rfind("plan first", 0) == 0);
+                Streamed s = stream(tok, ids, ReplyStream::Mode::Chat, f, starts);
+                if (starts) CHECK(s.early_reasoning.rfind("plan first", 0) == 0);  // streamed as it came, not at the end
                 CHECK(s.content == whole.content);
                 CHECK(s.reasoning == whole.reasoning);
                 REQUIRE(s.calls.size() == whole.tool_calls.size());
@@ -94,6 +99,13 @@ TEST_CASE("reply stream: every format's replies, streamed through real tokenizer
                 // Text mode: the raw text, as it is.
                 CHECK(stream(tok, ids, ReplyStream::Mode::Text, f, false).content == reply);
             }
+        // Harmony, the prompt inside an analysis message, a reply cut short before its <|end|>: all of it reasoning,
+        // streamed as it comes (not held until a message header shows up).
+        const std::string cut = "Thinking it over, slowly";
+        Streamed h = stream(tok, tok.encode(cut), ReplyStream::Mode::Chat, ReplyFormat::Harmony, true);
+        CHECK(h.reasoning == cut);
+        CHECK(h.content.empty());
+        CHECK(h.early_reasoning.rfind("Thinking it over", 0) == 0);
     }
     if (!tokenizers) MESSAGE("skipped: no tokenizer files (tests/fetch_tokenizers.sh)");
 }

@@ -31,7 +31,7 @@ static std::vector<int> alone(const SchedRequest& r) {
 
 // Runs the scheduler to the end; checks each plan against the rules and returns every request's output.
 static std::map<int, Finished> run(Scheduler& s, KvBlockManager& kv, int budget, int max_seqs, const std::map<int, SchedRequest>& reqs,
-                                   long* preemptions = nullptr, int* steps = nullptr) {
+                                   long* preemptions = nullptr, int* steps = nullptr, int window = 0) {
     std::map<int, std::vector<int>> all;  // what each sequence holds so far, as the scheduler's items show it
     for (const auto& kv_ : reqs) all[kv_.first] = kv_.second.prompt;
     std::map<int, Finished> out;
@@ -52,6 +52,9 @@ static std::map<int, Finished> run(Scheduler& s, KvBlockManager& kv, int budget,
             else CHECK_FALSE(prefill_seen);  // decode steps come first... unless preemption reordered: not here
             // The block table covers the item's positions.
             CHECK((int)kv.table(it.seq).size() * kv.block_size() >= it.from + it.n);
+            // With a window, every block the item's queries read (from window positions back) is still held.
+            if (window > 0)
+                for (int b = std::max(0, it.from - window) / kv.block_size(); b * kv.block_size() < it.from + it.n; b++) CHECK(kv.table(it.seq)[b] >= 0);
             std::vector<int> upto(all[it.seq].begin(), all[it.seq].begin() + it.from + it.n);
             sampled.push_back(it.logits ? next_token(upto) : -1);
         }
@@ -150,6 +153,37 @@ TEST_CASE("scheduler: a pool too small for everyone preempts the newest; all fin
         MESSAGE("pool of ", pool, " blocks: ", preemptions, " preemptions");
         if (pool == 12) CHECK(preemptions > 0);
     }
+}
+
+// Sliding windows: blocks behind every layer's window are released after each pass, so sequences far longer than
+// the pool run side by side without preemption, each with its solo tokens; the blocks a query reads stay held (run()
+// checks), and at the end nothing leaks.
+TEST_CASE("scheduler: a sliding window releases the blocks behind it; long sequences fit a small pool") {
+    std::mt19937 g(5);
+    const int window = 20, bs = 8, pool = 24, budget = 32, max_seqs = 3;
+    KvBlockManager kv(pool, bs);
+    Scheduler s(kv, budget, max_seqs);
+    s.window = window;
+    std::map<int, SchedRequest> reqs;
+    for (int id = 0; id < 10; id++) {
+        SchedRequest r;
+        r.id = id;
+        for (int i = 0, n = 1 + (int)(g() % 70); i < n; i++) r.prompt.push_back((int)(g() % 5000));
+        r.max_tokens = 200 + (int)(g() % 100);  // 26-47 blocks a sequence without the release; the pool has 24
+        reqs[id] = r;
+        s.add(r);
+    }
+    long preemptions = 0;
+    auto out = run(s, kv, budget, max_seqs, reqs, &preemptions, nullptr, window);
+    REQUIRE(out.size() == reqs.size());
+    for (const auto& kv_ : reqs) CHECK(out[kv_.first].tokens == alone(kv_.second));
+    CHECK(kv.free_blocks() == pool);
+    // A sequence holds at most the blocks spanning its window and a chunk, (20 + 32) / 8 + 1 = 7; three fit 24.
+    CHECK(preemptions == 0);
+    // Without the window the pool cannot hold any of them whole: refused when added.
+    KvBlockManager kv2(pool, bs);
+    Scheduler s2(kv2, budget, max_seqs);
+    for (const auto& kv_ : reqs) CHECK_THROWS_AS(s2.add(kv_.second), UserError);
 }
 
 TEST_CASE("scheduler: requests it can never serve are refused when added") {

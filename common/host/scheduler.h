@@ -20,6 +20,10 @@
 // Out of blocks: the newest running sequence is preempted (its blocks freed; it goes back to the front of the queue
 // with everything it has so far as its prompt, to be recomputed, mostly from the prefix cache) until the item fits;
 // nothing is dropped or corrupted. A single sequence that cannot fit the whole pool is refused when added.
+//
+// Sliding windows (`window` > 0: every layer reads at most that many positions back): after each pass a sequence's
+// blocks wholly before its last `window` positions are released (its table holds -1 there), so a long sequence holds
+// about window / block_size + 2 blocks, and only the blocks that span a window and a chunk count when it is added.
 #pragma once
 
 #include <algorithm>
@@ -61,10 +65,14 @@ public:
         if (batch_tokens < 1 || max_seqs < 1) die("scheduler: a budget of %d tokens and %d sequences", batch_tokens, max_seqs);
     }
 
+    int window = 0;  // set before the first add(): positions each query reads back (0: all of them)
+
     void add(const SchedRequest& r) {
         if (r.prompt.empty()) die("request %d: the prompt is empty", r.id);
         if (r.max_tokens < 1) die("request %d: max_tokens %d", r.id, r.max_tokens);
-        long need = ((long)r.prompt.size() + r.max_tokens + kv_.block_size() - 1) / kv_.block_size();
+        const int bs = kv_.block_size();
+        long need = ((long)r.prompt.size() + r.max_tokens + bs - 1) / bs;
+        if (window > 0) need = std::min(need, ((long)window + budget_ + bs - 1) / bs + 1);  // a window, a chunk, the seams
         if (need > kv_.n_blocks())
             die("request %d: %zu prompt tokens and %d to generate need %ld KV blocks; the pool has %d", r.id, r.prompt.size(), r.max_tokens,
                 need, kv_.n_blocks());
@@ -137,6 +145,10 @@ public:
             Seq& s = *at;
             kv_.commit(s.req.id, s.all.data() + it.from, it.n);
             s.written += it.n;
+            // The next pass's queries sit at written or later and read back less than `window` positions: what lies
+            // wholly before written - window is never read again (one position kept besides, whichever side of the
+            // window's edge a family counts).
+            if (window > 0) kv_.release_before(s.req.id, s.written - window);
             if (!it.logits) continue;
             int tok = sampled[i];
             s.generated.push_back(tok);

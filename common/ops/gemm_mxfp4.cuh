@@ -30,17 +30,16 @@
 //     192 (96 accumulators a thread: 256 would not fit the 168 registers a thread of 384 gets).
 //   - Output: each thread owns 96, 64 or 32 elements of Y^T; it stores them plus the bias (or adds them) inside the tile
 //     and N.
-// Measured (H200, kb/status.md): gpt-oss-20b's 2k prefill 31,842 -> 41,785 tok/s, the experts at ~280-290 TFLOP/s
-// (cuBLAS on bf16 weights: ~410 for gate_up); 512 tokens 12,066 -> 26,712; the 120b's 512 2,342 -> 6,500. Where the
-// time goes (ncu): the tensor pipe is busy a third of the cycles; the conversion (9 instructions a code pair then, 7
-// since, not yet measured) keeps the issue slots half busy and the products wait on it. Tried: a read-modify-write of
-// y for biases written first (a round trip per element: 194 TFLOP/s; now the bias joins the store); scales loaded by
-// the loading threads themselves (they waited on each load: no gain over the pipeline depth); 256-token tiles with
-// setmaxnreg (hung; likely cause, not checked: the loading warpgroup's cp.async address arithmetic needs more than the
-// 40 registers it kept); 2^126 folded into the scale for scales <= 128, one multiply a pair (no faster).
-// The measurements above are of tiles of at most 128 (MONOCU_MXFP4_TILE=128 brings them back); the 192-row tiles and
-// the ring of 4 were written after the session's device time (not yet run on a GPU).
-// Not on by default yet (mxfp4_gemm_on): its corrected unit test has not run on a GPU (kb/status.md, "GPT-OSS").
+// Measured (H200, kb/status.md): gpt-oss-20b's 2k prefill 31,663 tok/s dequantizing -> 46,439 (8k 29,807 -> 42,268),
+// the experts at 345 / 323 TFLOP/s (cuBLAS on bf16 weights: ~406 for gate_up); 512 tokens 12,063 -> 27,590; the 120b's
+// 2k 8,385 -> 20,630 (128 experts: ~64 rows an expert, ~195 TFLOP/s). The 128-row tiles with 9 instructions a pair
+// and 8 stages ran the 20b's 2k at 41,785 (MONOCU_MXFP4_TILE=128 brings the tiling back: 42,718 with the rest as now).
+// Where the time goes (ncu, 128-row kernel): the tensor pipe is busy a third of the cycles; the conversion keeps the
+// issue slots half busy and the products wait on it. Tried: a read-modify-write of y for biases written first (a round
+// trip per element: 194 TFLOP/s; now the bias joins the store); scales loaded by the loading threads themselves (they
+// waited on each load: no gain over the pipeline depth); 256-token tiles with setmaxnreg (hung; likely cause, not
+// checked: the loading warpgroup's cp.async address arithmetic needs more than the 40 registers it kept); 2^126 folded
+// into the scale for scales <= 128, one multiply a pair (no faster).
 // Shapes (mxfp4_gemm_fits): built for sm_90a, K a multiple of 32, weights and scales 16-byte aligned.
 #pragma once
 
@@ -91,13 +90,13 @@ inline int mxfp4_gemm_tiles(const std::vector<int>& first, int E, std::vector<Mx
 // The most tiles that `rows` gathered rows of E experts can make (tiles of 128 rows or more).
 inline int mxfp4_gemm_max_tiles(long rows, int E) { return (int)(rows / 128) + E; }
 
-// Off by default until its corrected unit test has passed on a GPU (kb/status.md, "GPT-OSS"): the experts then
-// dequantize-then-cuBLAS. MONOCU_MXFP4_GEMM=on turns it on (read once, before loading: the dequantization scratch is
-// sized for the experts only when it is off).
+// On by default where it fits; MONOCU_MXFP4_GEMM=off brings back dequantize-then-cuBLAS for the experts (to compare,
+// or should the kernel be in doubt). Read once, before loading: the dequantization scratch is sized for the experts
+// only when it is off.
 inline bool& mxfp4_gemm_on() {
     static bool on = [] {
         const char* v = std::getenv("MONOCU_MXFP4_GEMM");
-        return v && std::string(v) == "on";
+        return !(v && std::string(v) == "off");
     }();
     return on;
 }

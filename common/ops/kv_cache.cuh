@@ -82,6 +82,16 @@ inline KvCache kv_cache_create(KvType type, int layers, int n_kv, int ctx, int h
     return c;
 }
 
+// Zeroes rows row0 .. row0 + n - 1 of every layer, slot and head (K, V and FP8 scales): the batched core's padding
+// block, which released blocks' table entries point at, so that whatever a kernel reads there (and masks) is finite.
+inline void kv_cache_zero_rows(const KvCache& c, int row0, int n, cudaStream_t s) {
+    if (row0 < 0 || n < 0 || row0 + n > c.ctx) die("internal: kv rows %d .. %d of %d", row0, row0 + n, c.ctx);
+    const size_t heads = (size_t)c.layers * c.slots * c.n_kv, row = (size_t)c.head_dim * c.elem_bytes();
+    for (uint8_t* p : {c.k, c.v}) CUDA_CHECK(cudaMemset2DAsync(p + row0 * row, c.ctx * row, 0, n * row, heads, s));
+    if (c.type == KvType::FP8)
+        for (float* p : {c.k_scale, c.v_scale}) CUDA_CHECK(cudaMemset2DAsync(p + row0, c.ctx * sizeof(float), 0, n * sizeof(float), heads, s));
+}
+
 // Lanes dl = 0 .. LPK-1 of an aligned group hold one head row of the cache (head_dim = 8 LPK), 8 elements
 // each. kv_pack_8 puts a lane's 8 in the cache's form: bf16 (16 bytes of `packed`), or e4m3 (its first 8
 // bytes) divided by the row's scale, which it returns (amax / 448 over the row: a shuffle over the group, so

@@ -282,7 +282,7 @@ inline void moe_ffn(const MoeFfn& f, float* x, const bf16* norm_w, float eps, co
         OpScope op("gather", s);
         gather_rows(xn, sc.from, (int)tk, dim, sc.xg, s);
     }
-    // MXFP4 experts on Hopper (with MONOCU_MXFP4_GEMM=on, for now): one grouped GEMM per projection over the weights as
+    // MXFP4 experts on Hopper (unless MONOCU_MXFP4_GEMM=off): one grouped GEMM per projection over the weights as
     // they are, on the tiles of each expert's rows; otherwise a GEMM per expert (over bf16 weights dequantized first
     // when quantized). Every expert's tensors must fit (their alignment), not only the first's.
     int n_tiles = 0;

@@ -15,6 +15,7 @@
 // batch files, --bench and dumps.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -42,11 +43,19 @@ struct ModelInfo {
                                      // "dynamic" RoPE, whose rows depend on the length of the pass that wrote them
     bool batch_graphs = true;        // a batched decode step (several tokens) may be captured as a CUDA graph: false
                                      // when such a pass waits on the host (a mixture's routing)
+    int kv_window = 0;               // every attention layer's sliding window, when all have one (kv_window_of): the
+                                     // batched core then releases the KV blocks behind it; 0 when any layer sees all
     // Filled by the runner after load (model_stats):
     size_t decode_bytes = 0;         // bytes one decode step reads besides the KV cache: every weight but unread_bytes
     double matmul_params = 0;        // weights a prefill token multiplies with: the planned projections but the head
     double extra_matmul_params = 0;  // ... and those outside the plan it meets (a mixture's k experts), set by the engine
 };
+
+// ModelInfo::kv_window from the layers' windows (0: full attention): the largest, when no layer attends to everything.
+inline int kv_window_of(const std::vector<int>& windows) {
+    if (windows.empty() || std::count(windows.begin(), windows.end(), 0)) return 0;
+    return *std::max_element(windows.begin(), windows.end());
+}
 
 // The fields every decoder fills alike: vocabulary, context limit and end ids from config.json, and the embedding
 // rows a decode step does not read (all but one, unless the output projection shares the table: head_reads_embedding).

@@ -39,7 +39,7 @@ public:
     enum class Mode { Text, Chat };
 
     // format: how the model writes tool calls and reasoning (Plain: reasoning apart only); starts_in_reasoning: the
-    // prompt left a <think> open; id_seed: the tool calls' made-up ids (chat_reply.h).
+    // prompt left a <think> (Harmony: an analysis message) open; id_seed: the tool calls' made-up ids (chat_reply.h).
     ReplyStream(const Tokenizer& tok, std::vector<std::string> stops, Mode mode, ReplyFormat format = ReplyFormat::Plain,
                 bool starts_in_reasoning = false, uint64_t id_seed = 0)
         : dec_(tok), stop_(std::move(stops)), mode_(mode), f_(format), starts_(starts_in_reasoning), seed_(id_seed) {}
@@ -106,7 +106,11 @@ private:
 
     // The length of the text's settled part: what a longer text cannot parse differently.
     size_t settled(const std::string& s) const {
-        if (f_ == ReplyFormat::Harmony) return harmony_settled(s);
+        if (f_ == ReplyFormat::Harmony) {  // (a prompt that ends inside an analysis message: the reply is its body first)
+            if (!starts_) return harmony_settled(s);
+            const std::string open = "<|channel|>analysis<|message|>";
+            return std::max(harmony_settled(open + s), open.size()) - open.size();
+        }
         size_t cut = hold_partial(s, s.size(), {"<think>", "</think>"}, 0);  // (tags a tokenizer may spell in pieces)
         if (f_ == ReplyFormat::Plain || reply_in_reasoning(s, f_, starts_)) return cut;  // tool calls come after the reasoning
         size_t from = 0;  // where the answer starts: after the reasoning's end, when there is one

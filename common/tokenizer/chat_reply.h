@@ -24,7 +24,8 @@
 //   Lfm2     <|tool_call_start|>[name(arg="v", n=1), ...]<|tool_call_end|> (Python call syntax; a JSON list also)
 //   Plain    no tool calls (Llama 2, Llama 3.0, Mistral v0.1, Gemma, ...): only the reasoning split
 // Reasoning in every format but Harmony is a leading <think>...</think> (or, when the prompt opened <think>,
-// everything up to </think>); an unclosed one is reasoning to the end (a reply cut short).
+// everything up to </think>); an unclosed one is reasoning to the end (a reply cut short). In Harmony it is the
+// analysis messages (and, when the prompt ends inside one, the reply up to its <|end|>).
 //
 // Never trusted: a call that does not parse (bad JSON, no name, arguments that are not an object, a block cut
 // short) stays in content as written, with one line in warnings saying what was wrong. Nesting is bounded.
@@ -82,7 +83,15 @@ inline ReplyFormat reply_format(const ChatTemplate& ct) {
 
 // True when the rendered prompt ends inside a <think> block (a template that opens it for the model).
 inline bool reply_starts_in_reasoning(const std::string& prompt, ReplyFormat f) {
-    if (f == ReplyFormat::Harmony) return false;
+    if (f == ReplyFormat::Harmony) {  // the prompt ends inside an analysis message's body (an assistant turn prefilled)
+        size_t c = prompt.rfind("<|channel|>");
+        if (c == std::string::npos || prompt.compare(c + 11, 8, "analysis") != 0) return false;
+        size_t m = prompt.find("<|message|>", c);
+        if (m == std::string::npos) return false;
+        for (const char* t : {"<|end|>", "<|call|>", "<|return|>", "<|start|>"})
+            if (prompt.find(t, m) != std::string::npos) return false;
+        return true;
+    }
     size_t open = prompt.rfind("<think>");
     if (open == std::string::npos) return false;
     size_t close = prompt.rfind("</think>");
@@ -95,8 +104,10 @@ inline size_t skip_space(const std::string& s, size_t i);
 
 // While a reply streams: whether its text so far ends inside the reasoning (a terminal shows that part dim).
 inline bool reply_in_reasoning(const std::string& text, ReplyFormat f, bool starts_in_reasoning) {
-    if (f == ReplyFormat::Harmony) {  // inside an analysis message's body
+    if (f == ReplyFormat::Harmony) {  // inside an analysis message's body (the prompt's open one, or one of its own)
         size_t c = text.rfind("<|channel|>");
+        if (c == std::string::npos && starts_in_reasoning)
+            return text.find("<|end|>") == std::string::npos && text.find("<|start|>") == std::string::npos;
         if (c == std::string::npos || text.compare(c + 11, 8, "analysis") != 0) return false;
         size_t m = text.find("<|message|>", c);
         return m != std::string::npos && text.find("<|end|>", m) == std::string::npos && text.find("<|start|>", m) == std::string::npos;
@@ -624,7 +635,7 @@ inline ChatReply parse_reply(const std::string& text, ReplyFormat f, bool starts
     using namespace reply_detail;
     Builder b;
     std::string rest;
-    if (f == ReplyFormat::Harmony) rest = text;
+    if (f == ReplyFormat::Harmony) rest = starts_in_reasoning ? "<|channel|>analysis<|message|>" + text : text;  // (the open message)
     else split_reasoning(text, starts_in_reasoning, b.r.reasoning, rest);
     switch (f) {
         case ReplyFormat::Hermes: parse_hermes(rest, b); break;
