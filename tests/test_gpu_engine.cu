@@ -600,7 +600,7 @@ TEST_CASE("batched core over FP8 and INT4 weights: 16 and 64 sequences give each
 }
 
 // A sliding window on every layer (tiny-mistral, 24 positions): the batched core releases the blocks behind each
-// sequence's window after every pass (ModelInfo::kv_window, Scheduler::window) and points their table entries at the
+// sequence's window after every pass (ModelInfo::kv_window, the Scheduler's window) and points their table entries at the
 // zeroed padding block. Four sequences (prompts of 40-69 tokens, so blocks go during the prompt) generating far past
 // the window in a pool too small to hold them whole: nobody is preempted (each holds at most (24 + 32) / 16 + 1 = 5 of
 // the 23 blocks; without the release they would need up to 16 each), and every line gets its -np 1 tokens (a pool

@@ -162,8 +162,7 @@ TEST_CASE("scheduler: a sliding window releases the blocks behind it; long seque
     std::mt19937 g(5);
     const int window = 20, bs = 8, pool = 24, budget = 32, max_seqs = 3;
     KvBlockManager kv(pool, bs);
-    Scheduler s(kv, budget, max_seqs);
-    s.window = window;
+    Scheduler s(kv, budget, max_seqs, window);
     std::map<int, SchedRequest> reqs;
     for (int id = 0; id < 10; id++) {
         SchedRequest r;

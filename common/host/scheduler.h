@@ -2,7 +2,7 @@
 // forward pass runs, under a token budget, with the paged KV cache's blocks (host/kv_blocks.h) reserved for them.
 //
 // Usage (the batched runner's loop):
-//   Scheduler s(kv, batch_tokens, max_seqs);
+//   Scheduler s(kv, batch_tokens, max_seqs, window);  // window: 0, or every layer's sliding window
 //   s.add({id, prompt_ids, max_tokens, stop_ids});
 //   while (!s.idle()) {
 //       StepPlan p = s.plan();                  // every item: a sequence, its tokens [from, from + n), its block table
@@ -61,18 +61,19 @@ struct Finished {
 
 class Scheduler {
 public:
-    Scheduler(KvBlockManager& kv, int batch_tokens, int max_seqs) : kv_(kv), budget_(batch_tokens), max_seqs_(max_seqs) {
+    // window: the positions every layer's queries read back (a sliding window on all of them; 0: all positions).
+    Scheduler(KvBlockManager& kv, int batch_tokens, int max_seqs, int window = 0)
+        : kv_(kv), budget_(batch_tokens), max_seqs_(max_seqs), window_(window) {
         if (batch_tokens < 1 || max_seqs < 1) die("scheduler: a budget of %d tokens and %d sequences", batch_tokens, max_seqs);
+        if (window < 0) die("scheduler: a window of %d positions", window);
     }
-
-    int window = 0;  // set before the first add(): positions each query reads back (0: all of them)
 
     void add(const SchedRequest& r) {
         if (r.prompt.empty()) die("request %d: the prompt is empty", r.id);
         if (r.max_tokens < 1) die("request %d: max_tokens %d", r.id, r.max_tokens);
         const int bs = kv_.block_size();
         long need = ((long)r.prompt.size() + r.max_tokens + bs - 1) / bs;
-        if (window > 0) need = std::min(need, ((long)window + budget_ + bs - 1) / bs + 1);  // a window, a chunk, the seams
+        if (window_ > 0) need = std::min(need, ((long)window_ + budget_ + bs - 1) / bs + 1);  // a window, a chunk, the seams
         if (need > kv_.n_blocks())
             die("request %d: %zu prompt tokens and %d to generate need %ld KV blocks; the pool has %d", r.id, r.prompt.size(), r.max_tokens,
                 need, kv_.n_blocks());
@@ -148,7 +149,7 @@ public:
             // The next pass's queries sit at written or later and read back less than `window` positions: what lies
             // wholly before written - window is never read again (one position kept besides, whichever side of the
             // window's edge a family counts).
-            if (window > 0) kv_.release_before(s.req.id, s.written - window);
+            if (window_ > 0) kv_.release_before(s.req.id, s.written - window_);
             if (!it.logits) continue;
             int tok = sampled[i];
             s.generated.push_back(tok);
@@ -174,7 +175,7 @@ private:
         int preemptions = 0;
     };
     KvBlockManager& kv_;
-    int budget_, max_seqs_;
+    int budget_, max_seqs_, window_;
     std::deque<Seq> waiting_;
     std::vector<Seq> running_;         // admission order
 

@@ -68,7 +68,7 @@ class BatchedRunner {
 public:
     // n_blocks: the pool's blocks (one is kept back as the padding rows' scratch).
     BatchedRunner(M& m, Runtime& rt, int n_blocks, int batch_tokens, int max_seqs, bool graphs)
-        : m_(m), rt_(rt), kv_(n_blocks - 1, kKvBlockSize), sched_(kv_, batch_tokens, max_seqs), max_seqs_(max_seqs),
+        : m_(m), rt_(rt), kv_(n_blocks - 1, kKvBlockSize), sched_(kv_, batch_tokens, max_seqs, m.info().kv_window), max_seqs_(max_seqs),
           graphs_(graphs && m.info().batch_graphs), pad_block_(n_blocks - 1) {
         if (rt.attn.page_shift < 0) die("internal: the batched core needs the paged KV cache");
         if (batch_tokens > rt.max_tokens) die("internal: %d batch tokens, activations for %d", batch_tokens, rt.max_tokens);
@@ -94,7 +94,6 @@ public:
         // Sliding windows on every layer: blocks behind the window go back to the pool after each pass (the scheduler
         // releases them); their table entries then point at the padding block, zeroed here, so a kernel that reads a
         // whole tile across the window's edge (and masks what is outside) reads finite rows that belong to no one.
-        sched_.window = m.info().kv_window;
         kv_cache_zero_rows(rt.attn.kv, pad_block_ * kKvBlockSize, kKvBlockSize, rt.stream);
     }
     ~BatchedRunner() {

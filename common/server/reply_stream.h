@@ -108,8 +108,8 @@ private:
     size_t settled(const std::string& s) const {
         if (f_ == ReplyFormat::Harmony) {  // (a prompt that ends inside an analysis message: the reply is its body first)
             if (!starts_) return harmony_settled(s);
-            const std::string open = "<|channel|>analysis<|message|>";
-            return std::max(harmony_settled(open + s), open.size()) - open.size();
+            const size_t open = std::strlen(kHarmonyOpenAnalysis);
+            return std::max(harmony_settled(kHarmonyOpenAnalysis + s), open) - open;
         }
         size_t cut = hold_partial(s, s.size(), {"<think>", "</think>"}, 0);  // (tags a tokenizer may spell in pieces)
         if (f_ == ReplyFormat::Plain || reply_in_reasoning(s, f_, starts_)) return cut;  // tool calls come after the reasoning

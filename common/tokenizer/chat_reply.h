@@ -81,17 +81,24 @@ inline ReplyFormat reply_format(const ChatTemplate& ct) {
     return ReplyFormat::Plain;
 }
 
-// True when the rendered prompt ends inside a <think> block (a template that opens it for the model).
+// Harmony's analysis header: a prompt that ends with it (and a body so far) leaves the reply inside that message.
+constexpr const char* kHarmonyOpenAnalysis = "<|channel|>analysis<|message|>";
+
+// Whether Harmony text ends inside an analysis message's body (its header seen, no end of message after it).
+inline bool harmony_in_analysis(const std::string& text) {
+    size_t c = text.rfind("<|channel|>");
+    if (c == std::string::npos || text.compare(c + 11, 8, "analysis") != 0) return false;
+    size_t m = text.find("<|message|>", c);
+    if (m == std::string::npos) return false;
+    for (const char* t : {"<|end|>", "<|call|>", "<|return|>", "<|start|>"})
+        if (text.find(t, m) != std::string::npos) return false;
+    return true;
+}
+
+// True when the rendered prompt ends inside a <think> block (a template that opens it for the model), or for Harmony
+// inside an analysis message (an assistant turn prefilled).
 inline bool reply_starts_in_reasoning(const std::string& prompt, ReplyFormat f) {
-    if (f == ReplyFormat::Harmony) {  // the prompt ends inside an analysis message's body (an assistant turn prefilled)
-        size_t c = prompt.rfind("<|channel|>");
-        if (c == std::string::npos || prompt.compare(c + 11, 8, "analysis") != 0) return false;
-        size_t m = prompt.find("<|message|>", c);
-        if (m == std::string::npos) return false;
-        for (const char* t : {"<|end|>", "<|call|>", "<|return|>", "<|start|>"})
-            if (prompt.find(t, m) != std::string::npos) return false;
-        return true;
-    }
+    if (f == ReplyFormat::Harmony) return harmony_in_analysis(prompt);
     size_t open = prompt.rfind("<think>");
     if (open == std::string::npos) return false;
     size_t close = prompt.rfind("</think>");
@@ -104,14 +111,8 @@ inline size_t skip_space(const std::string& s, size_t i);
 
 // While a reply streams: whether its text so far ends inside the reasoning (a terminal shows that part dim).
 inline bool reply_in_reasoning(const std::string& text, ReplyFormat f, bool starts_in_reasoning) {
-    if (f == ReplyFormat::Harmony) {  // inside an analysis message's body (the prompt's open one, or one of its own)
-        size_t c = text.rfind("<|channel|>");
-        if (c == std::string::npos && starts_in_reasoning)
-            return text.find("<|end|>") == std::string::npos && text.find("<|start|>") == std::string::npos;
-        if (c == std::string::npos || text.compare(c + 11, 8, "analysis") != 0) return false;
-        size_t m = text.find("<|message|>", c);
-        return m != std::string::npos && text.find("<|end|>", m) == std::string::npos && text.find("<|start|>", m) == std::string::npos;
-    }
+    if (f == ReplyFormat::Harmony)  // inside an analysis message's body (the prompt's open one, or one of its own)
+        return harmony_in_analysis(starts_in_reasoning ? kHarmonyOpenAnalysis + text : text);
     if (!starts_in_reasoning && text.compare(reply_detail::skip_space(text, 0), 7, "<think>") != 0) return false;
     return text.find("</think>") == std::string::npos;
 }
@@ -635,7 +636,7 @@ inline ChatReply parse_reply(const std::string& text, ReplyFormat f, bool starts
     using namespace reply_detail;
     Builder b;
     std::string rest;
-    if (f == ReplyFormat::Harmony) rest = starts_in_reasoning ? "<|channel|>analysis<|message|>" + text : text;  // (the open message)
+    if (f == ReplyFormat::Harmony) rest = starts_in_reasoning ? kHarmonyOpenAnalysis + text : text;  // (the open message)
     else split_reasoning(text, starts_in_reasoning, b.r.reasoning, rest);
     switch (f) {
         case ReplyFormat::Hermes: parse_hermes(rest, b); break;
